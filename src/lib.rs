@@ -1,0 +1,26 @@
+//! sbm — source buffer management measurement.
+//!
+//! Module map, in reading order:
+//! - [`units`]: sizes, durations and rates as typed on the command line and printed.
+//! - [`tcpinfo`]: `struct tcp_info` parsed by offset.
+//! - [`tstamp`]: TX timestamp reports (cmsg parsing) and the write ledger that
+//!   attributes them to writes.
+//! - [`stats`]: latency histograms.
+//! - [`sockopt`]: typed socket options, applied and read back.
+//! - [`report`]: output schemas and writers (CSV, JSON, human text).
+//! - [`send`], [`sink`]: the two instruments' event loops and CLIs.
+//! - [`sys`]: the only unsafe code: raw syscalls.
+//! - [`addr`], [`signals`], [`sysinfo`]: small helpers.
+
+pub mod addr;
+pub mod report;
+pub mod send;
+pub mod signals;
+pub mod sink;
+pub mod sockopt;
+pub mod stats;
+pub mod sys;
+pub mod sysinfo;
+pub mod tcpinfo;
+pub mod tstamp;
+pub mod units;

@@ -1,0 +1,184 @@
+//! The iperf-like text sbm prints on stdout. Pure formatting of the schema structs.
+
+use std::fmt::Write as _;
+
+use super::schema::{IntervalRow, SendSummary, SinkIntervalRow};
+use crate::stats::Percentiles;
+use crate::units::{BitRate, Bytes, Micros};
+
+fn opt_micros(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".into(), |us| Micros(us).to_string())
+}
+
+pub fn send_interval_header() -> String {
+    format!(
+        "{:<13} {:>11} {:>13} {:>6} {:>5} {:>28} {:>10} {:>5} {:>9}",
+        "Interval",
+        "Acked",
+        "Goodput",
+        "Writes",
+        "Short",
+        "Sojourn p50 / p95 / max",
+        "Notsent",
+        "Cwnd",
+        "sRTT"
+    )
+}
+
+pub fn send_interval_line(r: &IntervalRow) -> String {
+    let sojourn = format!(
+        "{} / {} / {}",
+        opt_micros(r.sojourn_p50_us),
+        opt_micros(r.sojourn_p95_us),
+        opt_micros(r.sojourn_max_us)
+    );
+    format!(
+        "{:<13} {:>11} {:>13} {:>6} {:>5} {:>28} {:>10} {:>5} {:>9}{}",
+        format!("{:.2}-{:.2} s", r.start_s, r.end_s),
+        Bytes(r.bytes_acked).to_string(),
+        BitRate(r.goodput_bps).to_string(),
+        r.writes,
+        r.short_writes,
+        sojourn,
+        r.notsent_bytes
+            .map_or_else(|| "-".into(), |n| Bytes(u64::from(n)).to_string()),
+        r.cwnd,
+        Micros(u64::from(r.srtt_us)).to_string(),
+        if r.warmup { "  (warm-up)" } else { "" }
+    )
+}
+
+fn percentiles_line(p: &Percentiles) -> String {
+    if p.count == 0 {
+        return "none measured".into();
+    }
+    format!(
+        "p50 {}  p95 {}  p99 {}  max {}  (n = {})",
+        opt_micros(p.p50_us),
+        opt_micros(p.p95_us),
+        opt_micros(p.p99_us),
+        opt_micros(p.max_us),
+        p.count
+    )
+}
+
+pub fn send_summary_text(s: &SendSummary) -> String {
+    let mut out = String::new();
+    let t = &s.totals;
+    let _ = writeln!(
+        out,
+        "--- sbm-send summary{} ---",
+        s.label
+            .as_ref()
+            .map_or(String::new(), |l| format!(" ({l})"))
+    );
+    let _ = writeln!(
+        out,
+        "written {} in {} writes over {:.2} s ({} short, {} would-block, {} invitations)",
+        Bytes(t.bytes_written),
+        t.writes,
+        t.duration_s,
+        t.short_writes,
+        t.would_block,
+        t.invitations
+    );
+    let _ = writeln!(
+        out,
+        "acked {}  goodput {} after warm-up  retransmits {}",
+        Bytes(t.bytes_acked),
+        BitRate(t.goodput_bps),
+        t.retransmits
+    );
+    if s.config.timestamps {
+        let _ = writeln!(
+            out,
+            "sojourn (exact+coalesced): {}",
+            percentiles_line(&s.sojourn)
+        );
+        let _ = writeln!(
+            out,
+            "sojourn (exact only):      {}",
+            percentiles_line(&s.sojourn_exact)
+        );
+        let a = &s.attribution;
+        let _ = writeln!(
+            out,
+            "rows: {} exact, {} coalesced, {} missing, {} unsent",
+            a.exact, a.coalesced, a.missing, a.unsent
+        );
+        if a.missing > 0 {
+            let _ = writeln!(
+                out,
+                "warning: {} writes have no SCHED time: their reports were lost (error queue overflow?)",
+                a.missing
+            );
+        }
+        if s.drain.timed_out {
+            let _ = writeln!(
+                out,
+                "warning: stopped waiting for reports after {:.1} s with {} writes outstanding ({} still unsent)",
+                s.drain.waited_s,
+                s.drain.pending_writes,
+                Bytes(u64::from(s.drain.notsent_at_end))
+            );
+        }
+    } else {
+        let _ = writeln!(out, "sojourn: not measured (--no-timestamps)");
+    }
+    let _ = write!(
+        out,
+        "{}: {}",
+        if s.complete { "complete" } else { "INCOMPLETE" },
+        s.end_reason
+    );
+    if let Some(e) = &s.error {
+        let _ = write!(out, " ({e})");
+    }
+    out
+}
+
+pub fn sink_interval_line(r: &SinkIntervalRow) -> String {
+    format!(
+        "[{:>3}] {:<13} {:>11} {:>13}{}",
+        r.conn,
+        format!("{:.2}-{:.2} s", r.start_s, r.end_s),
+        Bytes(r.bytes).to_string(),
+        BitRate(r.goodput_bps).to_string(),
+        if r.kind == "total" {
+            format!("  total from {}", r.peer)
+        } else {
+            String::new()
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_line_shows_measured_and_unmeasured_values() {
+        let r = IntervalRow {
+            start_s: 1.0,
+            end_s: 2.0,
+            bytes_acked: 250_000,
+            goodput_bps: 2_000_000.0,
+            writes: 4,
+            sojourn_p50_us: Some(280_000),
+            sojourn_p95_us: Some(370_000),
+            sojourn_max_us: None,
+            notsent_bytes: Some(65_536),
+            cwnd: 30,
+            srtt_us: 172_300,
+            warmup: true,
+            ..Default::default()
+        };
+        let line = send_interval_line(&r);
+        assert!(line.contains("1.00-2.00 s"), "{line}");
+        assert!(line.contains("2.00 Mbit/s"), "{line}");
+        assert!(line.contains("280.0 ms / 370.0 ms / -"), "{line}");
+        assert!(line.contains("64.0 KiB"), "{line}");
+        assert!(line.contains("172.3 ms"), "{line}");
+        assert!(line.ends_with("(warm-up)"), "{line}");
+    }
+}

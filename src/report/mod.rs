@@ -1,0 +1,8 @@
+//! Output schemas and writers. One serde struct per row or document: the struct *is* the
+//! schema, and README.md's column reference documents every field (a test checks it).
+
+pub mod csv_file;
+pub mod human;
+pub mod schema;
+
+pub use csv_file::CsvFile;

@@ -1,0 +1,201 @@
+//! Every row and document sbm writes. Field names are the CSV headers and JSON keys;
+//! README.md documents each of them.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::sockopt::{OptionReport, TimestampingMode};
+use crate::stats::Percentiles;
+use crate::tstamp::TimedWrite;
+
+/// writes.csv: one row per accepted write.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WriteRow {
+    pub seq: u64,
+    pub write_ns: u64,
+    pub bytes_asked: u32,
+    pub bytes_accepted: u32,
+    pub end_offset: u64,
+    pub notsent_before: u32,
+    pub notsent_after: u32,
+    pub sched_ns: Option<u64>,
+    pub snd_ns: Option<u64>,
+    pub ack_ns: Option<u64>,
+    pub sojourn_us: Option<u64>,
+    pub attribution: &'static str,
+    pub snd_state: &'static str,
+    pub ack_state: &'static str,
+    pub warmup: bool,
+}
+
+impl WriteRow {
+    pub fn new(w: &TimedWrite, warmup: bool) -> WriteRow {
+        WriteRow {
+            seq: w.write.seq,
+            write_ns: w.write.write_ns,
+            bytes_asked: w.write.asked,
+            bytes_accepted: w.write.accepted,
+            end_offset: w.write.end_offset,
+            notsent_before: w.write.notsent_before,
+            notsent_after: w.write.notsent_after,
+            sched_ns: w.sched.time_ns,
+            snd_ns: w.snd.time_ns,
+            ack_ns: w.ack.time_ns,
+            sojourn_us: w.sojourn_us(),
+            attribution: w.sched.state.name(),
+            snd_state: w.snd.state.name(),
+            ack_state: w.ack.state.name(),
+            warmup,
+        }
+    }
+}
+
+/// intervals.csv (sender): one row per reporting interval.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct IntervalRow {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub warmup: bool,
+    pub bytes_written: u64,
+    pub bytes_acked: u64,
+    pub goodput_bps: f64,
+    pub writes: u64,
+    pub short_writes: u64,
+    pub would_block: u64,
+    pub invitations: u64,
+    pub sched_reports: u64,
+    pub sojourn_p50_us: Option<u64>,
+    pub sojourn_p95_us: Option<u64>,
+    pub sojourn_max_us: Option<u64>,
+    pub notsent_bytes: Option<u32>,
+    pub cwnd: u32,
+    pub mss: u32,
+    pub srtt_us: u32,
+    pub min_rtt_us: Option<u32>,
+    pub delivery_rate_bps: Option<u64>,
+    pub delivery_app_limited: bool,
+    pub pacing_rate_bps: Option<u64>,
+    pub retransmits: u32,
+    pub busy_us: Option<u64>,
+    pub rwnd_limited_us: Option<u64>,
+    pub sndbuf_limited_us: Option<u64>,
+}
+
+/// sink-intervals.csv: one row per connection per interval, and one total row per
+/// connection at its close (`kind` = interval | total).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SinkIntervalRow {
+    pub conn: u64,
+    pub peer: String,
+    pub kind: &'static str,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub bytes: u64,
+    pub goodput_bps: f64,
+}
+
+/// The run's limits and loop settings as resolved from the command line.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunConfig {
+    pub write_size: u32,
+    pub time_limit_s: Option<f64>,
+    pub bytes_limit: Option<u64>,
+    pub writes_limit: Option<u64>,
+    pub interval_s: f64,
+    pub warmup_s: f64,
+    pub epoll: &'static str,
+    pub timestamps: bool,
+    pub drain_timeout_s: Option<f64>,
+}
+
+/// Totals over the writing phase.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Totals {
+    /// From the first write to the end of writing, s.
+    pub duration_s: f64,
+    pub bytes_written: u64,
+    pub bytes_acked: u64,
+    pub writes: u64,
+    pub short_writes: u64,
+    pub would_block: u64,
+    pub invitations: u64,
+    pub retransmits: u32,
+    /// Acked bytes per second after the warm-up, up to the end of writing.
+    pub goodput_bps: f64,
+}
+
+/// Rows per attribution state of their SCHED time (after warm-up and in all).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct AttributionCounts {
+    pub exact: u64,
+    pub coalesced: u64,
+    pub missing: u64,
+    pub unsent: u64,
+    pub off: u64,
+}
+
+impl AttributionCounts {
+    pub fn add(&mut self, state: &str) {
+        match state {
+            "exact" => self.exact += 1,
+            "coalesced" => self.coalesced += 1,
+            "missing" => self.missing += 1,
+            "unsent" => self.unsent += 1,
+            _ => self.off += 1,
+        }
+    }
+}
+
+/// What came off the error queue.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct ReportCounts {
+    pub sched: u64,
+    pub snd: u64,
+    pub ack: u64,
+    pub repeated: u64,
+    pub stale: u64,
+    pub other: u64,
+    pub truncated: u64,
+}
+
+/// The end-of-run wait for outstanding reports.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct DrainReport {
+    pub waited_s: f64,
+    pub timeout_s: f64,
+    pub timed_out: bool,
+    /// Writes without their final reports when the wait ended.
+    pub pending_writes: u64,
+    pub notsent_at_end: u32,
+}
+
+/// summary.json of sbm-send.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SendSummary {
+    pub sbm_version: &'static str,
+    pub label: Option<String>,
+    /// False when the run ended early (peer failure, signal before the limit).
+    pub complete: bool,
+    pub end_reason: String,
+    pub error: Option<String>,
+    pub local: String,
+    pub peer: String,
+    pub started_unix_ns: u64,
+    pub kernel_release: String,
+    pub sysctls: BTreeMap<String, String>,
+    pub config: RunConfig,
+    pub options: Vec<OptionReport>,
+    pub warnings: Vec<String>,
+    pub timestamping: Option<TimestampingMode>,
+    pub mss: u32,
+    pub totals: Totals,
+    /// Sojourn (sched − write) over exact and coalesced rows after the warm-up.
+    pub sojourn: Percentiles,
+    /// The same over exact rows only.
+    pub sojourn_exact: Percentiles,
+    pub attribution: AttributionCounts,
+    pub attribution_after_warmup: AttributionCounts,
+    pub reports: ReportCounts,
+    pub drain: DrainReport,
+}

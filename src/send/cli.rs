@@ -1,0 +1,245 @@
+//! sbm-send's command line: clap definitions and their conversion into a [`SendConfig`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use super::config::{EpollMode, Limits, SendConfig};
+use crate::sockopt::SenderOptions;
+use crate::units;
+
+const EXAMPLES: &str = "\
+Examples:
+  sbm-sink --listen 127.0.0.1:5301 &
+  sbm-send --connect 127.0.0.1:5301 -t 10s
+  sbm-send --connect 198.18.0.2 -t 40s --warmup 10s --notsent-lowat 165KB --out results/lowat
+  sbm-send --connect 198.18.0.2 --writes 5000 -l 4KiB --nodelay --cc cubic --out /tmp/run
+
+Units: KB/MB/GB are powers of 10, KiB/MiB/GiB powers of 2; durations need a unit (15ms, 40s).
+Exit status: 0 run complete, 1 run failed or ended early by the peer, 2 bad usage,
+128+N ended by signal N (files and summary are written in every case).";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EpollArg {
+    /// Level-triggered: invited again as long as the socket is writable (default).
+    Level,
+    /// Edge-triggered: one invitation per EPOLLOUT edge. Can stall: if a write does not
+    /// reach EAGAIN while poll says "not writable" (NOTSENT_LOWAT between lowat/2 and
+    /// lowat), no new edge may ever come.
+    Edge,
+}
+
+/// Nonblocking epoll TCP sender that measures how long each write waits in the sender's
+/// own socket buffer (TX_SCHED − write time), with TX_SND and TX_ACK times beside it.
+#[derive(Debug, Parser)]
+#[command(name = "sbm-send", version, after_help = EXAMPLES)]
+pub struct SendArgs {
+    /// Receiver (sbm-sink) as HOST:PORT, [V6]:PORT or HOST (port 5301).
+    #[arg(short = 'c', long, value_name = "HOST:PORT")]
+    pub connect: String,
+
+    /// Stop writing after this long (default 10s unless --bytes or --writes is given).
+    #[arg(short = 't', long, value_parser = units::parse_duration, value_name = "DUR")]
+    pub time: Option<Duration>,
+
+    /// Stop writing after this many bytes have been accepted.
+    #[arg(long, value_parser = units::parse_bytes, value_name = "BYTES")]
+    pub bytes: Option<u64>,
+
+    /// Stop writing after this many writes.
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub writes: Option<u64>,
+
+    /// Bytes per write: exactly one write of this size per write invitation.
+    #[arg(short = 'l', long = "write-size", default_value = "64KiB", value_parser = parse_write_size, value_name = "BYTES")]
+    pub write_size: u32,
+
+    /// Reporting interval.
+    #[arg(short = 'i', long, default_value = "1s", value_parser = units::parse_duration, value_name = "DUR")]
+    pub interval: Duration,
+
+    /// Exclude writes made in the first DUR from the summary statistics (rows are still
+    /// written, marked warmup).
+    #[arg(long, default_value = "0s", value_parser = units::parse_duration_or_zero, value_name = "DUR")]
+    pub warmup: Duration,
+
+    /// Directory for writes.csv, intervals.csv and summary.json (created if missing).
+    #[arg(short = 'o', long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// A free-form name for this run, stored in the summary.
+    #[arg(long)]
+    pub label: Option<String>,
+
+    /// epoll trigger mode.
+    #[arg(long, value_enum, default_value_t = EpollArg::Level)]
+    pub epoll: EpollArg,
+
+    /// Set TCP_NODELAY (disable Nagle).
+    #[arg(long)]
+    pub nodelay: bool,
+
+    /// Set TCP_NOTSENT_LOWAT to BYTES.
+    #[arg(long, value_parser = parse_u32_bytes_or_zero, value_name = "BYTES")]
+    pub notsent_lowat: Option<u32>,
+
+    /// The value given to SO_SNDBUF (Linux doubles it and stops autotuning); SO_SNDBUFFORCE
+    /// is used when root and the value is above net.core.wmem_max.
+    #[arg(long, value_parser = parse_u32_bytes, value_name = "BYTES")]
+    pub sndbuf: Option<u32>,
+
+    /// Congestion control (TCP_CONGESTION), e.g. cubic, bbr, reno.
+    #[arg(long, value_name = "NAME")]
+    pub cc: Option<String>,
+
+    /// SO_RCVBUF for the timestamp error queue (default 16MiB, forced when root). Small
+    /// values make the kernel drop reports, which sbm then counts as missing.
+    #[arg(long, value_parser = parse_u32_bytes, value_name = "BYTES")]
+    pub errqueue_rcvbuf: Option<u32>,
+
+    /// Do not enable TX timestamps (the measurement-validity control run).
+    #[arg(long)]
+    pub no_timestamps: bool,
+
+    /// After the last write, wait at most DUR for outstanding reports (default: the backlog's
+    /// drain time at the measured rate plus two RTTs and a second, capped at 60 s).
+    #[arg(long, value_parser = units::parse_duration_or_zero, value_name = "DUR")]
+    pub drain_timeout: Option<Duration>,
+
+    /// Give up connecting after DUR.
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration, value_name = "DUR")]
+    pub connect_timeout: Duration,
+
+    /// Print no interval lines (the summary is still printed).
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+fn parse_count(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err(format!("invalid count '{s}': must be greater than zero")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("invalid count '{s}': not a whole number")),
+    }
+}
+
+fn to_u32(s: &str, v: u64) -> Result<u32, String> {
+    u32::try_from(v).map_err(|_| format!("invalid byte size '{s}': larger than 4 GiB"))
+}
+
+fn parse_u32_bytes(s: &str) -> Result<u32, String> {
+    let v = units::parse_bytes(s).map_err(|e| e.to_string())?;
+    to_u32(s, v)
+}
+
+fn parse_u32_bytes_or_zero(s: &str) -> Result<u32, String> {
+    let v = units::parse_bytes_with(s, true).map_err(|e| e.to_string())?;
+    to_u32(s, v)
+}
+
+/// A write larger than this would be a buffer the kernel cannot take at once anyway.
+const MAX_WRITE: u64 = 1 << 30;
+
+fn parse_write_size(s: &str) -> Result<u32, String> {
+    let v = units::parse_bytes(s).map_err(|e| e.to_string())?;
+    if v > MAX_WRITE {
+        return Err(format!("invalid write size '{s}': at most 1GiB"));
+    }
+    to_u32(s, v)
+}
+
+impl SendArgs {
+    pub fn into_config(self) -> Result<SendConfig, String> {
+        let peer = crate::addr::resolve(&self.connect).map_err(|e| e.to_string())?;
+        let time = match (self.time, self.bytes, self.writes) {
+            (None, None, None) => Some(Duration::from_secs(10)),
+            (t, _, _) => t,
+        };
+        if let Some(t) = time {
+            if self.warmup >= t {
+                return Err(format!(
+                    "--warmup {:?} is not shorter than the run time {:?}: nothing would be measured",
+                    self.warmup, t
+                ));
+            }
+        }
+        Ok(SendConfig {
+            peer,
+            write_size: self.write_size,
+            limits: Limits {
+                time,
+                bytes: self.bytes,
+                writes: self.writes,
+            },
+            interval: self.interval,
+            warmup: self.warmup,
+            out_dir: self.out,
+            label: self.label,
+            epoll: match self.epoll {
+                EpollArg::Level => EpollMode::Level,
+                EpollArg::Edge => EpollMode::Edge,
+            },
+            options: SenderOptions {
+                nodelay: self.nodelay,
+                notsent_lowat: self.notsent_lowat,
+                sndbuf: self.sndbuf,
+                congestion: self.cc,
+                errqueue_rcvbuf: self.errqueue_rcvbuf,
+                timestamps: !self.no_timestamps,
+            },
+            timestamps: !self.no_timestamps,
+            drain_timeout: self.drain_timeout,
+            connect_timeout: self.connect_timeout,
+            quiet: self.quiet,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<SendConfig, String> {
+        let mut v = vec!["sbm-send"];
+        v.extend_from_slice(args);
+        SendArgs::try_parse_from(v)
+            .map_err(|e| e.to_string())?
+            .into_config()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&["-c", "127.0.0.1:9"]).unwrap();
+        assert_eq!(c.write_size, 65_536);
+        assert_eq!(c.limits.time, Some(Duration::from_secs(10)));
+        assert_eq!(c.interval, Duration::from_secs(1));
+        assert!(c.timestamps);
+        assert_eq!(c.epoll, EpollMode::Level);
+        assert_eq!(c.options.sndbuf, None);
+    }
+
+    #[test]
+    fn a_count_limit_replaces_the_default_time() {
+        let c = parse(&["-c", "127.0.0.1:9", "--writes", "5000"]).unwrap();
+        assert_eq!(c.limits.time, None);
+        assert_eq!(c.limits.writes, Some(5000));
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        for args in [
+            vec!["-c", "127.0.0.1:9", "-l", "0"],
+            vec!["-c", "127.0.0.1:9", "-l", "64XB"],
+            vec!["-c", "127.0.0.1:9", "-t", "-5s"],
+            vec!["-c", "127.0.0.1:9", "-t", "10"],
+            vec!["-c", "127.0.0.1:9", "--writes", "0"],
+            vec!["-c", "127.0.0.1:9", "--sndbuf", "5GiB"],
+            vec!["-c", "127.0.0.1:9", "-t", "5s", "--warmup", "5s"],
+            vec!["-c", "127.0.0.1:99999"],
+            vec!["-c", "127.0.0.1:9", "--epoll", "sideways"],
+        ] {
+            assert!(parse(&args).is_err(), "{args:?} should be rejected");
+        }
+    }
+}

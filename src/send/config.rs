@@ -1,0 +1,48 @@
+//! A fully resolved sbm-send run: what the CLI asked for, after validation.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::sockopt::SenderOptions;
+
+/// The first limit reached ends the writing phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub time: Option<Duration>,
+    pub bytes: Option<u64>,
+    pub writes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EpollMode {
+    Level,
+    Edge,
+}
+
+impl EpollMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            EpollMode::Level => "level",
+            EpollMode::Edge => "edge",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SendConfig {
+    pub peer: SocketAddr,
+    pub write_size: u32,
+    pub limits: Limits,
+    pub interval: Duration,
+    pub warmup: Duration,
+    pub out_dir: Option<PathBuf>,
+    pub label: Option<String>,
+    pub epoll: EpollMode,
+    pub options: SenderOptions,
+    pub timestamps: bool,
+    /// None = computed from the backlog at the end of writing.
+    pub drain_timeout: Option<Duration>,
+    pub connect_timeout: Duration,
+    pub quiet: bool,
+}

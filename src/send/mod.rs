@@ -1,0 +1,47 @@
+//! sbm-send: the instrument.
+
+pub mod cli;
+pub mod config;
+mod output;
+mod run;
+
+pub use config::{EpollMode, Limits, SendConfig};
+pub use run::{run, SendOutcome, SetupError};
+
+use clap::Parser;
+
+/// The whole of `main` for bin/sbm-send: parse, run, print, exit status.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args = match cli::SendArgs::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let cfg = match args.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sbm-send: {e}");
+            return 2;
+        }
+    };
+    match run(&cfg) {
+        Ok(outcome) => {
+            println!(
+                "{}",
+                crate::report::human::send_summary_text(&outcome.summary)
+            );
+            outcome.exit_code
+        }
+        Err(e) => {
+            eprintln!("sbm-send: {e}");
+            1
+        }
+    }
+}

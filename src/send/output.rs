@@ -1,0 +1,94 @@
+//! sbm-send's output directory: writes.csv and intervals.csv streamed, summary.json at the
+//! end. Without `--out` nothing is written and every call is a no-op.
+
+use std::path::{Path, PathBuf};
+
+use crate::report::csv_file::CsvError;
+use crate::report::schema::{IntervalRow, SendSummary, WriteRow};
+use crate::report::CsvFile;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("cannot create output directory {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Csv(#[from] CsvError),
+}
+
+pub struct Outputs {
+    dir: Option<PathBuf>,
+    writes: Option<CsvFile>,
+    intervals: Option<CsvFile>,
+}
+
+impl Outputs {
+    pub fn create(dir: Option<&Path>) -> Result<Outputs, OutputError> {
+        let Some(dir) = dir else {
+            return Ok(Outputs {
+                dir: None,
+                writes: None,
+                intervals: None,
+            });
+        };
+        std::fs::create_dir_all(dir).map_err(|source| OutputError::Dir {
+            path: dir.into(),
+            source,
+        })?;
+        Ok(Outputs {
+            dir: Some(dir.into()),
+            writes: Some(CsvFile::create(&dir.join("writes.csv"))?),
+            intervals: Some(CsvFile::create(&dir.join("intervals.csv"))?),
+        })
+    }
+
+    pub fn write_row(&mut self, row: &WriteRow) -> Result<(), OutputError> {
+        if let Some(w) = &mut self.writes {
+            w.write(row)?;
+        }
+        Ok(())
+    }
+
+    pub fn write_interval(&mut self, row: &IntervalRow) -> Result<(), OutputError> {
+        if let Some(w) = &mut self.intervals {
+            w.write(row)?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> Result<(), OutputError> {
+        for f in [&mut self.writes, &mut self.intervals]
+            .into_iter()
+            .flatten()
+        {
+            f.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes the CSVs and writes summary.json; says where everything went.
+    pub fn finish(&mut self, summary: &SendSummary) -> Result<(), OutputError> {
+        self.flush()?;
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let path = dir.join("summary.json");
+        let json = serde_json::to_string_pretty(summary).expect("summary serializes");
+        std::fs::write(&path, json + "\n").map_err(|source| OutputError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        println!(
+            "output: {} (writes.csv, intervals.csv, summary.json)",
+            dir.display()
+        );
+        Ok(())
+    }
+}

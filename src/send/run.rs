@@ -1,0 +1,798 @@
+//! The event loop of sbm-send: one write per write invitation, TX reports drained on every
+//! EPOLLERR, an interval line per tick, and a summary however the run ends.
+//!
+//! Phases: *writing* (EPOLLOUT registered; the first limit reached ends it), *draining*
+//! (EPOLLOUT dropped; wait for outstanding reports up to the drain timeout), *finish*
+//! (a last error-queue drain, then every pending write is attributed and written).
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::signal::Signal;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use super::config::{EpollMode, SendConfig};
+use super::output::Outputs;
+use crate::report::human;
+use crate::report::schema::{
+    AttributionCounts, DrainReport, IntervalRow, ReportCounts, RunConfig, SendSummary, Totals,
+    WriteRow,
+};
+use crate::signals::{exit_status_for, StopSignals};
+use crate::sockopt::{self, OptionReport, TimestampingMode};
+use crate::stats::LatencyHist;
+use crate::sys::{self, ErrqueueRecv, SysError};
+use crate::tcpinfo::TcpInfo;
+use crate::tstamp::ledger::{ProvisionalSojourn, RunEnd};
+use crate::tstamp::{parse_errqueue_control, ErrqueueMessage, StampState, TimedWrite, WriteLedger};
+use crate::{sysinfo, units};
+
+const SOCK_TOKEN: u64 = 1;
+const SIGNAL_TOKEN: u64 = 2;
+/// Upper bound of the default drain timeout.
+const MAX_DEFAULT_DRAIN: Duration = Duration::from_secs(60);
+
+/// Failures before anything was measured: no summary, exit 1 with the message.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect { addr: SocketAddr, reason: String },
+    #[error(transparent)]
+    Sockopt(#[from] sockopt::SockoptError),
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    #[error(transparent)]
+    Output(#[from] super::output::OutputError),
+    #[error("{what}: {source}")]
+    Os {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn os(what: &'static str) -> impl FnOnce(nix::Error) -> SetupError {
+    move |e| SetupError::Os {
+        what,
+        source: e.into(),
+    }
+}
+
+/// How a run ended and what it measured.
+pub struct SendOutcome {
+    pub summary: SendSummary,
+    pub exit_code: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum EndReason {
+    Limit(&'static str),
+    Signal(Signal),
+    PeerFailed(String),
+    LocalError(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Writing,
+    Draining,
+}
+
+fn realtime_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Per-interval accumulators, reset at each tick.
+#[derive(Default)]
+struct IntervalAcc {
+    start: Duration,
+    bytes_written: u64,
+    writes: u64,
+    short_writes: u64,
+    would_block: u64,
+    invitations: u64,
+    sojourn: LatencyHist,
+}
+
+/// Whole-run accumulators.
+#[derive(Default)]
+struct RunAcc {
+    bytes_written: u64,
+    writes: u64,
+    short_writes: u64,
+    would_block: u64,
+    invitations: u64,
+    sojourn: LatencyHist,
+    sojourn_exact: LatencyHist,
+    attribution: AttributionCounts,
+    attribution_after_warmup: AttributionCounts,
+    reports: ReportCounts,
+}
+
+/// Connects with a timeout and returns the socket, already configured.
+fn connect(cfg: &SendConfig) -> Result<(Socket, Vec<OptionReport>), SetupError> {
+    let sock = Socket::new(
+        Domain::for_address(cfg.peer),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .map_err(|e| SetupError::Os {
+        what: "socket()",
+        source: e,
+    })?;
+    let options = sockopt::apply_sender_options(sock.as_fd(), &cfg.options)?;
+    sock.connect_timeout(&SockAddr::from(cfg.peer), cfg.connect_timeout)
+        .map_err(|e| SetupError::Connect {
+            addr: cfg.peer,
+            reason: match e.kind() {
+                io::ErrorKind::ConnectionRefused => {
+                    "connection refused (is sbm-sink listening there?)".into()
+                }
+                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                    format!("no answer within {:?}", cfg.connect_timeout)
+                }
+                _ => e.to_string(),
+            },
+        })?;
+    sock.set_nonblocking(true).map_err(|e| SetupError::Os {
+        what: "set O_NONBLOCK",
+        source: e,
+    })?;
+    Ok((sock, options))
+}
+
+struct Sender<'a> {
+    cfg: &'a SendConfig,
+    sock: Socket,
+    epoll: Epoll,
+    signals: StopSignals,
+    out: Outputs,
+    ledger: WriteLedger,
+    buf: Vec<u8>,
+    control: [u8; 512],
+    sojourns: Vec<ProvisionalSojourn>,
+    done: Vec<TimedWrite>,
+    t0: Instant,
+    t0_ns: u64,
+    warmup_end_ns: u64,
+    phase: Phase,
+    interval: IntervalAcc,
+    run: RunAcc,
+    /// tcp_info at the previous tick, for per-interval deltas.
+    prev_info: TcpInfo,
+    /// bytes_acked and time when the warm-up ended (goodput baseline).
+    warmup_mark: Option<(Duration, u64)>,
+    write_end: Option<(Duration, TcpInfo)>,
+    first_write: Option<Duration>,
+    end: Option<EndReason>,
+    warnings: Vec<String>,
+}
+
+impl<'a> Sender<'a> {
+    fn elapsed(&self) -> Duration {
+        self.t0.elapsed()
+    }
+
+    fn tcp_info(&self) -> Result<TcpInfo, SysError> {
+        sys::tcp_info(self.sock.as_fd())
+    }
+
+    fn writing_limit_reached(&self, now: Duration) -> Option<&'static str> {
+        let l = &self.cfg.limits;
+        if l.time.is_some_and(|t| now >= t) {
+            Some("time limit reached")
+        } else if l.bytes.is_some_and(|b| self.run.bytes_written >= b) {
+            Some("byte limit reached")
+        } else if l.writes.is_some_and(|w| self.run.writes >= w) {
+            Some("write limit reached")
+        } else {
+            None
+        }
+    }
+
+    /// One write invitation: exactly one write of write-size bytes (less if a byte limit
+    /// leaves less to write).
+    fn write_once(&mut self) -> Result<(), EndReason> {
+        let mut size = self.cfg.write_size as usize;
+        if let Some(limit) = self.cfg.limits.bytes {
+            size = size.min((limit - self.run.bytes_written) as usize);
+        }
+        self.interval.invitations += 1;
+        self.run.invitations += 1;
+        let fd = self.sock.as_fd();
+        let notsent_before =
+            sys::outq_notsent(fd).map_err(|e| EndReason::LocalError(e.to_string()))?;
+        let write_ns = realtime_ns();
+        match self
+            .sock
+            .send_with_flags(&self.buf[..size], libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+        {
+            Ok(0) => Ok(()),
+            Ok(n) => {
+                let notsent_after =
+                    sys::outq_notsent(fd).map_err(|e| EndReason::LocalError(e.to_string()))?;
+                if self.first_write.is_none() {
+                    self.first_write = Some(self.elapsed());
+                }
+                self.run.writes += 1;
+                self.interval.writes += 1;
+                self.run.bytes_written += n as u64;
+                self.interval.bytes_written += n as u64;
+                if n < size {
+                    self.run.short_writes += 1;
+                    self.interval.short_writes += 1;
+                }
+                self.run_seq_write(
+                    write_ns,
+                    size as u32,
+                    n as u32,
+                    notsent_before,
+                    notsent_after,
+                )
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.run.would_block += 1;
+                self.interval.would_block += 1;
+                Ok(())
+            }
+            Err(e) => Err(EndReason::PeerFailed(format!("write failed: {e}"))),
+        }
+    }
+
+    fn run_seq_write(
+        &mut self,
+        write_ns: u64,
+        asked: u32,
+        accepted: u32,
+        notsent_before: u32,
+        notsent_after: u32,
+    ) -> Result<(), EndReason> {
+        let seq = self.run.writes;
+        if self.cfg.timestamps {
+            self.ledger.record_write(
+                seq,
+                write_ns,
+                asked,
+                accepted,
+                notsent_before,
+                notsent_after,
+            );
+            Ok(())
+        } else {
+            let written = self.run.bytes_written;
+            let w = crate::tstamp::WriteRecord {
+                seq,
+                write_ns,
+                asked,
+                accepted,
+                end_offset: written,
+                notsent_before,
+                notsent_after,
+            };
+            self.finish_row(&TimedWrite::untimed(w))
+        }
+    }
+
+    /// A write whose attribution is final: to writes.csv and the run statistics.
+    fn finish_row(&mut self, w: &TimedWrite) -> Result<(), EndReason> {
+        let warmup = w.write.write_ns < self.warmup_end_ns;
+        let state = w.sched.state.name();
+        self.run.attribution.add(state);
+        if !warmup {
+            self.run.attribution_after_warmup.add(state);
+            if let Some(us) = w.sojourn_us() {
+                self.run.sojourn.record(us);
+                if w.sched.state == StampState::Exact {
+                    self.run.sojourn_exact.record(us);
+                }
+            }
+        }
+        self.out
+            .write_row(&WriteRow::new(w, warmup))
+            .map_err(|e| EndReason::LocalError(e.to_string()))
+    }
+
+    /// Reads the error queue until it is empty. Returns how many messages it read.
+    fn drain_errqueue(&mut self) -> Result<usize, EndReason> {
+        let mut n = 0;
+        loop {
+            match sys::recv_errqueue(self.sock.as_fd(), &mut self.control) {
+                Ok(ErrqueueRecv::Empty) => break,
+                Ok(ErrqueueRecv::Message { len, truncated }) => {
+                    n += 1;
+                    if truncated {
+                        self.run.reports.truncated += 1;
+                    }
+                    match parse_errqueue_control(&self.control[..len]) {
+                        ErrqueueMessage::Report(r) => {
+                            self.ledger.on_report(r, &mut self.sojourns, &mut self.done);
+                        }
+                        ErrqueueMessage::UnknownKind(_) | ErrqueueMessage::Other(_) => {
+                            self.run.reports.other += 1;
+                        }
+                    }
+                }
+                Err(e) => return Err(EndReason::LocalError(e.to_string())),
+            }
+        }
+        for s in self.sojourns.drain(..) {
+            self.interval.sojourn.record(s.sojourn_us);
+        }
+        let done = std::mem::take(&mut self.done);
+        for w in &done {
+            self.finish_row(w)?;
+        }
+        self.done = done;
+        self.done.clear();
+        Ok(n)
+    }
+
+    fn on_socket_event(&mut self, flags: EpollFlags) -> Result<(), EndReason> {
+        if flags.contains(EpollFlags::EPOLLERR) {
+            let drained = if self.cfg.timestamps {
+                self.drain_errqueue()?
+            } else {
+                0
+            };
+            if drained == 0 {
+                if let Ok(Some(e)) = self.sock.take_error() {
+                    return Err(EndReason::PeerFailed(format!("connection failed: {e}")));
+                }
+            }
+        }
+        if flags.contains(EpollFlags::EPOLLHUP) {
+            return Err(EndReason::PeerFailed(
+                "connection closed by the peer (EPOLLHUP)".into(),
+            ));
+        }
+        if flags.contains(EpollFlags::EPOLLOUT) && self.phase == Phase::Writing {
+            self.write_once()?;
+        }
+        Ok(())
+    }
+
+    fn emit_interval(&mut self, end: Duration) -> Result<(), EndReason> {
+        let info = self
+            .tcp_info()
+            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+        let p = &self.prev_info;
+        let delta = |now: Option<u64>, before: Option<u64>| {
+            now.map(|n| n.saturating_sub(before.unwrap_or(0)))
+        };
+        let span = end.saturating_sub(self.interval.start);
+        let acked = delta(info.bytes_acked, p.bytes_acked).unwrap_or(0);
+        let sojourn = self.interval.sojourn.percentiles();
+        let row = IntervalRow {
+            start_s: self.interval.start.as_secs_f64(),
+            end_s: end.as_secs_f64(),
+            warmup: self.interval.start < self.cfg.warmup,
+            bytes_written: self.interval.bytes_written,
+            bytes_acked: acked,
+            goodput_bps: units::bits_per_second(acked, span),
+            writes: self.interval.writes,
+            short_writes: self.interval.short_writes,
+            would_block: self.interval.would_block,
+            invitations: self.interval.invitations,
+            sched_reports: sojourn.count,
+            sojourn_p50_us: sojourn.p50_us,
+            sojourn_p95_us: sojourn.p95_us,
+            sojourn_max_us: sojourn.max_us,
+            notsent_bytes: info.notsent_bytes,
+            cwnd: info.snd_cwnd,
+            mss: info.snd_mss,
+            srtt_us: info.rtt_us,
+            min_rtt_us: info.min_rtt_us,
+            delivery_rate_bps: info.delivery_rate.map(|r| r * 8),
+            delivery_app_limited: info.delivery_rate_app_limited,
+            pacing_rate_bps: info.pacing_rate.map(|r| r.saturating_mul(8)),
+            retransmits: info.total_retrans.saturating_sub(p.total_retrans),
+            busy_us: delta(info.busy_time_us, p.busy_time_us),
+            rwnd_limited_us: delta(info.rwnd_limited_us, p.rwnd_limited_us),
+            sndbuf_limited_us: delta(info.sndbuf_limited_us, p.sndbuf_limited_us),
+        };
+        if !self.cfg.quiet {
+            println!("{}", human::send_interval_line(&row));
+        }
+        self.out
+            .write_interval(&row)
+            .and_then(|_| self.out.flush())
+            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+        self.prev_info = info;
+        self.interval = IntervalAcc {
+            start: end,
+            ..Default::default()
+        };
+        Ok(())
+    }
+
+    /// Moves from writing to draining: stop asking for EPOLLOUT.
+    fn end_writing(&mut self, reason: EndReason) -> Result<(), EndReason> {
+        let now = self.elapsed();
+        if self.interval.start < now {
+            self.emit_interval(now)?;
+        }
+        let info = self
+            .tcp_info()
+            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+        self.write_end = Some((now, info));
+        self.end = Some(reason);
+        self.phase = Phase::Draining;
+        let mut ev = EpollEvent::new(EpollFlags::empty(), SOCK_TOKEN);
+        self.epoll
+            .modify(self.sock.as_fd(), &mut ev)
+            .map_err(|e| EndReason::LocalError(format!("epoll_ctl(MOD): {e}")))
+    }
+
+    /// The default drain timeout: the time the outstanding bytes take at the measured
+    /// delivery rate, plus two smoothed RTTs and a second, capped.
+    fn default_drain_timeout(&self) -> Duration {
+        let Some((at, info)) = &self.write_end else {
+            return Duration::ZERO;
+        };
+        let outstanding = self
+            .ledger
+            .written()
+            .saturating_sub(info.bytes_acked.unwrap_or(0));
+        let rate = match info.delivery_rate {
+            Some(r) if r > 0 => r as f64,
+            _ => info.bytes_acked.unwrap_or(0) as f64 / at.as_secs_f64().max(1e-3),
+        };
+        let drain = if rate > 0.0 {
+            outstanding as f64 / rate
+        } else {
+            MAX_DEFAULT_DRAIN.as_secs_f64()
+        };
+        let rtts = 2.0 * f64::from(info.rtt_us) / 1e6;
+        Duration::from_secs_f64((drain + rtts + 1.0).min(MAX_DEFAULT_DRAIN.as_secs_f64()))
+    }
+
+    fn event_loop(&mut self) -> DrainReport {
+        let mut events = [EpollEvent::empty(); 8];
+        let mut drain = DrainReport::default();
+        let mut drain_deadline: Option<Instant> = None;
+        loop {
+            let now = self.elapsed();
+            if self.phase == Phase::Writing {
+                if self.warmup_mark.is_none() && now >= self.cfg.warmup {
+                    if let Ok(info) = self.tcp_info() {
+                        self.warmup_mark = Some((now, info.bytes_acked.unwrap_or(0)));
+                    }
+                }
+                if let Some(why) = self.writing_limit_reached(now) {
+                    if let Err(e) = self.end_writing(EndReason::Limit(why)) {
+                        self.end = Some(e);
+                        return drain;
+                    }
+                } else if now >= self.interval.start + self.cfg.interval {
+                    let tick = self.interval.start + self.cfg.interval;
+                    if let Err(e) = self.emit_interval(tick) {
+                        self.end = Some(e);
+                        return drain;
+                    }
+                }
+            }
+            if self.phase == Phase::Draining {
+                if !self.cfg.timestamps || !matches!(self.end, Some(EndReason::Limit(_))) {
+                    return drain;
+                }
+                let deadline = *drain_deadline.get_or_insert_with(|| {
+                    drain.timeout_s = self
+                        .cfg
+                        .drain_timeout
+                        .unwrap_or_else(|| self.default_drain_timeout())
+                        .as_secs_f64();
+                    Instant::now() + Duration::from_secs_f64(drain.timeout_s)
+                });
+                let waited = self
+                    .write_end
+                    .as_ref()
+                    .map_or(Duration::ZERO, |(at, _)| self.elapsed().saturating_sub(*at));
+                drain.waited_s = waited.as_secs_f64();
+                if self.ledger.pending_len() == 0 {
+                    return drain;
+                }
+                if Instant::now() >= deadline {
+                    drain.timed_out = true;
+                    return drain;
+                }
+            }
+            let timeout = self.next_timeout(drain_deadline);
+            let n = match self.epoll.wait(&mut events, timeout) {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    self.end = Some(EndReason::LocalError(format!("epoll_wait: {e}")));
+                    return drain;
+                }
+            };
+            for ev in &events[..n] {
+                let result = match ev.data() {
+                    SIGNAL_TOKEN => match self.signals.take() {
+                        Some(sig) => Err(EndReason::Signal(sig)),
+                        None => Ok(()),
+                    },
+                    _ => self.on_socket_event(ev.events()),
+                };
+                if let Err(reason) = result {
+                    if self.phase == Phase::Writing {
+                        if let Err(e) = self.end_writing(reason.clone()) {
+                            self.end = Some(e);
+                        }
+                    }
+                    // A signal or failure during the drain ends it too.
+                    self.end = Some(match self.end.take() {
+                        Some(EndReason::Limit(_)) | None => reason,
+                        Some(first) => first,
+                    });
+                    return drain;
+                }
+            }
+        }
+    }
+
+    /// Milliseconds until the next thing the loop must do by itself.
+    fn next_timeout(&self, drain_deadline: Option<Instant>) -> u16 {
+        let now = self.elapsed();
+        let mut next = Duration::from_secs(1);
+        if self.phase == Phase::Writing {
+            next = next.min((self.interval.start + self.cfg.interval).saturating_sub(now));
+            if let Some(t) = self.cfg.limits.time {
+                next = next.min(t.saturating_sub(now));
+            }
+            if self.warmup_mark.is_none() {
+                next = next.min(self.cfg.warmup.saturating_sub(now));
+            }
+        }
+        if let Some(d) = drain_deadline {
+            next = next.min(d.saturating_duration_since(Instant::now()));
+        }
+        // Round up so that the loop does not wake a hair early and spin.
+        next.as_micros().div_ceil(1000).min(u128::from(u16::MAX)) as u16
+    }
+}
+
+/// Runs sbm-send with a resolved configuration.
+pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
+    let signals = StopSignals::install().map_err(os("signalfd"))?;
+    let out = Outputs::create(cfg.out_dir.as_deref())?;
+    let (sock, options) = connect(cfg)?;
+    let timestamping: Option<TimestampingMode> = if cfg.timestamps {
+        Some(sockopt::enable_tx_timestamps(sock.as_fd())?)
+    } else {
+        None
+    };
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(os("epoll_create1"))?;
+    let mut interest = EpollFlags::EPOLLOUT;
+    if cfg.epoll == EpollMode::Edge {
+        interest |= EpollFlags::EPOLLET;
+    }
+    epoll
+        .add(sock.as_fd(), EpollEvent::new(interest, SOCK_TOKEN))
+        .map_err(os("epoll_ctl(ADD socket)"))?;
+    epoll
+        .add(
+            signals.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, SIGNAL_TOKEN),
+        )
+        .map_err(os("epoll_ctl(ADD signalfd)"))?;
+
+    let local = sock
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map_or_else(|| "?".into(), |a| a.to_string());
+    let first_info = sys::tcp_info(sock.as_fd())?;
+    let mut warnings: Vec<String> = options
+        .iter()
+        .filter_map(|o| o.warning.as_ref().map(|w| format!("{}: {w}", o.name)))
+        .collect();
+    if timestamping.is_some_and(|t| !t.opt_id_tcp) {
+        warnings.push("timestamping: kernel refused OPT_ID_TCP; keys use OPT_ID (same base before the first write)".into());
+    }
+    print_banner(cfg, &local, &options, timestamping, first_info.snd_mss);
+    for w in &warnings {
+        eprintln!("sbm-send: warning: {w}");
+    }
+
+    let t0_ns = realtime_ns();
+    let mut s = Sender {
+        cfg,
+        sock,
+        epoll,
+        signals,
+        out,
+        ledger: WriteLedger::new(),
+        buf: (0..cfg.write_size).map(|i| (i % 251) as u8).collect(),
+        control: [0; 512],
+        sojourns: Vec::with_capacity(1024),
+        done: Vec::with_capacity(1024),
+        t0: Instant::now(),
+        t0_ns,
+        warmup_end_ns: t0_ns + cfg.warmup.as_nanos() as u64,
+        phase: Phase::Writing,
+        interval: IntervalAcc::default(),
+        run: RunAcc::default(),
+        prev_info: first_info.clone(),
+        warmup_mark: None,
+        write_end: None,
+        first_write: None,
+        end: None,
+        warnings,
+    };
+    if !cfg.quiet {
+        println!("{}", human::send_interval_header());
+    }
+    let drain = s.event_loop();
+    Ok(s.finish(drain, local, options, timestamping, first_info.snd_mss))
+}
+
+impl Sender<'_> {
+    /// Final drain, attribution of everything pending, summary and exit status.
+    fn finish(
+        mut self,
+        mut drain: DrainReport,
+        local: String,
+        options: Vec<OptionReport>,
+        timestamping: Option<TimestampingMode>,
+        mss: u32,
+    ) -> SendOutcome {
+        if self.cfg.timestamps {
+            if let Err(e) = self.drain_errqueue() {
+                self.warnings
+                    .push(format!("final error-queue drain failed: {e:?}"));
+            }
+        }
+        let info = self.tcp_info().ok();
+        let notsent = sys::outq_notsent(self.sock.as_fd()).unwrap_or(0);
+        drain.notsent_at_end = notsent;
+        drain.pending_writes = self.ledger.pending_len() as u64;
+        if self.cfg.timestamps {
+            let written = self.ledger.written();
+            let acked = info.as_ref().and_then(|i| i.bytes_acked).unwrap_or(0);
+            let end = RunEnd {
+                sent_offset: written.saturating_sub(u64::from(notsent)),
+                acked_offset: acked,
+            };
+            let mut done = std::mem::take(&mut self.done);
+            self.ledger.finish(end, &mut done);
+            for w in &done {
+                if let Err(e) = self.finish_row(w) {
+                    self.warnings.push(format!("{e:?}"));
+                    break;
+                }
+            }
+        }
+        let counters = self.ledger.counters();
+        self.run.reports.sched = counters.accepted[0];
+        self.run.reports.snd = counters.accepted[1];
+        self.run.reports.ack = counters.accepted[2];
+        self.run.reports.repeated = counters.repeated.iter().sum();
+        self.run.reports.stale = counters.stale;
+
+        let end = self
+            .end
+            .clone()
+            .unwrap_or(EndReason::LocalError("loop ended without a reason".into()));
+        let (complete, end_reason, error, exit_code) = match &end {
+            EndReason::Limit(why) => (true, why.to_string(), None, 0),
+            EndReason::Signal(sig) => (
+                false,
+                format!("interrupted by {sig}"),
+                None,
+                exit_status_for(*sig),
+            ),
+            EndReason::PeerFailed(e) => (false, "peer failed".to_string(), Some(e.clone()), 1),
+            EndReason::LocalError(e) => (false, "local error".to_string(), Some(e.clone()), 1),
+        };
+        let (end_at, end_info) = self
+            .write_end
+            .clone()
+            .unwrap_or_else(|| (self.elapsed(), info.clone().unwrap_or_default()));
+        let start_at = self.first_write.unwrap_or(Duration::ZERO);
+        let (goodput_from, acked_from) = self.warmup_mark.unwrap_or((Duration::ZERO, 0));
+        let acked_end = end_info.bytes_acked.unwrap_or(0);
+        let totals = Totals {
+            duration_s: end_at.saturating_sub(start_at).as_secs_f64(),
+            bytes_written: self.run.bytes_written,
+            bytes_acked: info
+                .as_ref()
+                .and_then(|i| i.bytes_acked)
+                .unwrap_or(acked_end),
+            writes: self.run.writes,
+            short_writes: self.run.short_writes,
+            would_block: self.run.would_block,
+            invitations: self.run.invitations,
+            retransmits: info.as_ref().map_or(0, |i| i.total_retrans),
+            goodput_bps: units::bits_per_second(
+                acked_end.saturating_sub(acked_from),
+                end_at.saturating_sub(goodput_from),
+            ),
+        };
+        let cfg = self.cfg;
+        let summary = SendSummary {
+            sbm_version: env!("CARGO_PKG_VERSION"),
+            label: cfg.label.clone(),
+            complete,
+            end_reason,
+            error,
+            local,
+            peer: cfg.peer.to_string(),
+            started_unix_ns: self.t0_ns,
+            kernel_release: sysinfo::kernel_release(),
+            sysctls: sysinfo::relevant_sysctls(),
+            config: RunConfig {
+                write_size: cfg.write_size,
+                time_limit_s: cfg.limits.time.map(|d| d.as_secs_f64()),
+                bytes_limit: cfg.limits.bytes,
+                writes_limit: cfg.limits.writes,
+                interval_s: cfg.interval.as_secs_f64(),
+                warmup_s: cfg.warmup.as_secs_f64(),
+                epoll: cfg.epoll.name(),
+                timestamps: cfg.timestamps,
+                drain_timeout_s: cfg.drain_timeout.map(|d| d.as_secs_f64()),
+            },
+            options,
+            warnings: self.warnings.clone(),
+            timestamping,
+            mss,
+            totals,
+            sojourn: self.run.sojourn.percentiles(),
+            sojourn_exact: self.run.sojourn_exact.percentiles(),
+            attribution: self.run.attribution.clone(),
+            attribution_after_warmup: self.run.attribution_after_warmup.clone(),
+            reports: self.run.reports.clone(),
+            drain,
+        };
+        let mut outcome = SendOutcome { summary, exit_code };
+        if let Err(e) = self.out.finish(&outcome.summary) {
+            eprintln!("sbm-send: {e}");
+            outcome.exit_code = outcome.exit_code.max(1);
+        }
+        // Half-close so the sink sees a clean end of stream after the last byte.
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+        outcome
+    }
+}
+
+fn print_banner(
+    cfg: &SendConfig,
+    local: &str,
+    options: &[OptionReport],
+    ts: Option<TimestampingMode>,
+    mss: u32,
+) {
+    println!(
+        "sbm-send {}: {} -> {}, kernel {}, mss {}, write {} per invitation, epoll {}",
+        env!("CARGO_PKG_VERSION"),
+        local,
+        cfg.peer,
+        sysinfo::kernel_release(),
+        mss,
+        units::Bytes(u64::from(cfg.write_size)),
+        cfg.epoll.name(),
+    );
+    let opts: Vec<String> = options
+        .iter()
+        .map(|o| {
+            if o.requested.starts_with("default") || o.requested == "false" {
+                format!("{} {}", o.name, o.effective)
+            } else {
+                format!("{} {} (asked {})", o.name, o.effective, o.requested)
+            }
+        })
+        .collect();
+    println!("options: {}", opts.join(", "));
+    match ts {
+        Some(t) => println!(
+            "timestamps: SCHED+SND+ACK per write, keyed by byte offset ({})",
+            if t.opt_id_tcp { "OPT_ID_TCP" } else { "OPT_ID" }
+        ),
+        None => println!("timestamps: off (--no-timestamps): sojourn is not measured"),
+    }
+}

@@ -1,0 +1,58 @@
+//! sbm-sink's command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::units;
+
+const EXAMPLES: &str = "\
+Examples:
+  sbm-sink                                  # 0.0.0.0:5301, interval lines every second
+  sbm-sink --listen [::]:5301 -i 500ms      # IPv6 (and IPv4-mapped) on all addresses
+  sbm-sink --listen 198.18.0.2:5301 --once --out results/sink
+
+Prints a line per connection per interval and a total when each connection closes.
+Stop it with Ctrl-C (open connections get their totals first).";
+
+/// Discard receiver for sbm-send (and any TCP sender): reads and discards, reporting
+/// per-connection goodput per interval.
+#[derive(Debug, Parser)]
+#[command(name = "sbm-sink", version, after_help = EXAMPLES)]
+pub struct SinkArgs {
+    /// Address to listen on (port 0 picks a free port, printed at start).
+    #[arg(
+        short = 'L',
+        long,
+        default_value = "0.0.0.0:5301",
+        value_name = "ADDR:PORT"
+    )]
+    pub listen: String,
+
+    /// Reporting interval.
+    #[arg(short = 'i', long, default_value = "1s", value_parser = units::parse_duration, value_name = "DUR")]
+    pub interval: Duration,
+
+    /// Exit after the first connection ends.
+    #[arg(long)]
+    pub once: bool,
+
+    /// Directory for sink-intervals.csv (created if missing).
+    #[arg(short = 'o', long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// SO_RCVBUF for accepted connections (set on the listener, so the window scale
+    /// matches). Default: the kernel's autotuning.
+    #[arg(long, value_parser = parse_u32_bytes, value_name = "BYTES")]
+    pub rcvbuf: Option<u32>,
+
+    /// Print only connection totals, not interval lines.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+fn parse_u32_bytes(s: &str) -> Result<u32, String> {
+    let v = units::parse_bytes(s).map_err(|e| e.to_string())?;
+    u32::try_from(v).map_err(|_| format!("invalid byte size '{s}': larger than 4 GiB"))
+}

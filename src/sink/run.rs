@@ -1,0 +1,373 @@
+//! The event loop of sbm-sink: accept any number of connections, read and discard,
+//! an interval line per connection per interval, a total when each one closes.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::report::csv_file::CsvError;
+use crate::report::human;
+use crate::report::schema::SinkIntervalRow;
+use crate::report::CsvFile;
+use crate::signals::StopSignals;
+use crate::units;
+
+const LISTEN_TOKEN: u64 = 0;
+const SIGNAL_TOKEN: u64 = 1;
+const FIRST_CONN_TOKEN: u64 = 2;
+/// Discard buffer: large, so that one read empties a full receive window.
+const READ_BUF: usize = 1 << 20;
+/// Reads per readiness event before other connections get their turn.
+const READS_PER_EVENT: usize = 16;
+
+#[derive(Debug, Clone)]
+pub struct SinkConfig {
+    pub listen: SocketAddr,
+    pub interval: Duration,
+    pub once: bool,
+    pub out_dir: Option<PathBuf>,
+    pub rcvbuf: Option<u32>,
+    pub quiet: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot create output directory {path}: {source}")]
+    OutDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Csv(#[from] CsvError),
+    #[error("{what}: {source}")]
+    Os {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn os(what: &'static str) -> impl FnOnce(nix::Error) -> SinkError {
+    move |e| SinkError::Os {
+        what,
+        source: e.into(),
+    }
+}
+
+/// Per-connection state.
+struct Conn {
+    id: u64,
+    peer: SocketAddr,
+    sock: Socket,
+    accepted_at: Instant,
+    bytes: u64,
+    interval_start: Duration,
+    interval_bytes: u64,
+}
+
+impl Conn {
+    fn elapsed(&self) -> Duration {
+        self.accepted_at.elapsed()
+    }
+
+    fn next_tick(&self, interval: Duration) -> Instant {
+        self.accepted_at + self.interval_start + interval
+    }
+}
+
+fn listen(cfg: &SinkConfig) -> Result<Socket, SinkError> {
+    let addr = cfg.listen;
+    let err = |source| SinkError::Listen { addr, source };
+    let sock =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(err)?;
+    sock.set_reuse_address(true).map_err(err)?;
+    if addr.is_ipv6() {
+        // [::] also takes IPv4 (mapped) connections.
+        sock.set_only_v6(false).map_err(err)?;
+    }
+    if let Some(b) = cfg.rcvbuf {
+        sock.set_recv_buffer_size(b as usize).map_err(err)?;
+    }
+    sock.bind(&SockAddr::from(addr)).map_err(err)?;
+    sock.listen(128).map_err(err)?;
+    sock.set_nonblocking(true).map_err(err)?;
+    Ok(sock)
+}
+
+struct Sink<'a> {
+    cfg: &'a SinkConfig,
+    epoll: Epoll,
+    listener: Socket,
+    conns: HashMap<u64, Conn>,
+    next_id: u64,
+    csv: Option<CsvFile>,
+    buf: Vec<u8>,
+    finished_conns: u64,
+}
+
+impl Sink<'_> {
+    fn emit(&mut self, row: SinkIntervalRow) -> Result<(), SinkError> {
+        if !self.cfg.quiet || row.kind == "total" {
+            println!("{}", human::sink_interval_line(&row));
+        }
+        if let Some(csv) = &mut self.csv {
+            csv.write(&row)?;
+            csv.flush()?;
+        }
+        Ok(())
+    }
+
+    fn accept_all(&mut self) -> Result<(), SinkError> {
+        loop {
+            match self.listener.accept() {
+                Ok((sock, peer)) => {
+                    let peer = peer.as_socket().unwrap_or(self.cfg.listen);
+                    sock.set_nonblocking(true).map_err(|e| SinkError::Os {
+                        what: "set O_NONBLOCK",
+                        source: e,
+                    })?;
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    self.epoll
+                        .add(
+                            sock.as_fd(),
+                            EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP, id),
+                        )
+                        .map_err(os("epoll_ctl(ADD connection)"))?;
+                    println!("[{:>3}] connection from {peer}", id - FIRST_CONN_TOKEN + 1);
+                    self.conns.insert(
+                        id,
+                        Conn {
+                            id: id - FIRST_CONN_TOKEN + 1,
+                            peer,
+                            sock,
+                            accepted_at: Instant::now(),
+                            bytes: 0,
+                            interval_start: Duration::ZERO,
+                            interval_bytes: 0,
+                        },
+                    );
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                // The peer gave up between SYN and accept: nothing to do.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+                Err(e) => {
+                    eprintln!("sbm-sink: accept failed: {e}");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Reads what is there. Returns Some(reason) when the connection has ended.
+    fn read_conn(&mut self, token: u64) -> Option<String> {
+        let conn = self.conns.get_mut(&token)?;
+        for _ in 0..READS_PER_EVENT {
+            match (&conn.sock).read(&mut self.buf) {
+                Ok(0) => return Some("closed by peer".into()),
+                Ok(n) => {
+                    conn.bytes += n as u64;
+                    conn.interval_bytes += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Some(format!("failed: {e}")),
+            }
+        }
+        None
+    }
+
+    fn interval_row(
+        conn: &Conn,
+        kind: &'static str,
+        start: Duration,
+        end: Duration,
+        bytes: u64,
+    ) -> SinkIntervalRow {
+        SinkIntervalRow {
+            conn: conn.id,
+            peer: conn.peer.to_string(),
+            kind,
+            start_s: start.as_secs_f64(),
+            end_s: end.as_secs_f64(),
+            bytes,
+            goodput_bps: units::bits_per_second(bytes, end.saturating_sub(start)),
+        }
+    }
+
+    fn close_conn(&mut self, token: u64, reason: &str) -> Result<(), SinkError> {
+        let Some(conn) = self.conns.remove(&token) else {
+            return Ok(());
+        };
+        let _ = self.epoll.delete(conn.sock.as_fd());
+        let end = conn.elapsed();
+        if conn.interval_bytes > 0 || conn.interval_start < end {
+            let row = Self::interval_row(
+                &conn,
+                "interval",
+                conn.interval_start,
+                end,
+                conn.interval_bytes,
+            );
+            self.emit(row)?;
+        }
+        if reason != "closed by peer" {
+            println!(
+                "[{:>3}] connection from {} {reason} after {} bytes",
+                conn.id, conn.peer, conn.bytes
+            );
+        }
+        let total = Self::interval_row(&conn, "total", Duration::ZERO, end, conn.bytes);
+        self.emit(total)?;
+        self.finished_conns += 1;
+        Ok(())
+    }
+
+    fn tick(&mut self) -> Result<(), SinkError> {
+        let now = Instant::now();
+        let interval = self.cfg.interval;
+        let mut rows = Vec::new();
+        for conn in self.conns.values_mut() {
+            while now >= conn.next_tick(interval) {
+                let start = conn.interval_start;
+                let end = start + interval;
+                rows.push(Self::interval_row(
+                    conn,
+                    "interval",
+                    start,
+                    end,
+                    conn.interval_bytes,
+                ));
+                conn.interval_start = end;
+                conn.interval_bytes = 0;
+            }
+        }
+        rows.sort_by(|a, b| {
+            (a.conn, a.end_s.total_cmp(&b.end_s)).cmp(&(b.conn, std::cmp::Ordering::Equal))
+        });
+        for r in rows {
+            self.emit(r)?;
+        }
+        Ok(())
+    }
+
+    fn timeout_ms(&self) -> u16 {
+        let now = Instant::now();
+        self.conns
+            .values()
+            .map(|c| {
+                c.next_tick(self.cfg.interval)
+                    .saturating_duration_since(now)
+            })
+            .min()
+            .map_or(u16::MAX, |d| {
+                d.as_micros().div_ceil(1000).min(u128::from(u16::MAX)) as u16
+            })
+    }
+}
+
+/// Runs the sink until a signal, or (with `--once`) the end of the first connection.
+pub fn run(cfg: &SinkConfig) -> Result<(), SinkError> {
+    let signals = StopSignals::install().map_err(os("signalfd"))?;
+    let csv = match &cfg.out_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|source| SinkError::OutDir {
+                path: dir.clone(),
+                source,
+            })?;
+            Some(CsvFile::create(&dir.join("sink-intervals.csv"))?)
+        }
+        None => None,
+    };
+    let listener = listen(cfg)?;
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(os("epoll_create1"))?;
+    epoll
+        .add(
+            listener.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, LISTEN_TOKEN),
+        )
+        .map_err(os("epoll_ctl(ADD listener)"))?;
+    epoll
+        .add(
+            signals.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, SIGNAL_TOKEN),
+        )
+        .map_err(os("epoll_ctl(ADD signalfd)"))?;
+    let bound = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .unwrap_or(cfg.listen);
+    println!(
+        "sbm-sink {}: listening on {bound}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = io::stdout().flush();
+
+    let mut sink = Sink {
+        cfg,
+        epoll,
+        listener,
+        conns: HashMap::new(),
+        next_id: FIRST_CONN_TOKEN,
+        csv,
+        buf: vec![0; READ_BUF],
+        finished_conns: 0,
+    };
+    let mut events = [EpollEvent::empty(); 64];
+    loop {
+        let n = match sink.epoll.wait(&mut events, sink.timeout_ms()) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                return Err(SinkError::Os {
+                    what: "epoll_wait",
+                    source: e.into(),
+                })
+            }
+        };
+        for ev in &events[..n] {
+            match ev.data() {
+                LISTEN_TOKEN => sink.accept_all()?,
+                SIGNAL_TOKEN => {
+                    if let Some(sig) = signals.take() {
+                        println!(
+                            "sbm-sink: {sig}: closing {} open connection(s)",
+                            sink.conns.len()
+                        );
+                        let open: Vec<u64> = sink.conns.keys().copied().collect();
+                        for token in open {
+                            sink.close_conn(token, &format!("cut short by {sig}"))?;
+                        }
+                        let _ = io::stdout().flush();
+                        return Ok(());
+                    }
+                }
+                token => {
+                    if let Some(reason) = sink.read_conn(token) {
+                        sink.close_conn(token, &reason)?;
+                        if cfg.once {
+                            let _ = io::stdout().flush();
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
+        sink.tick()?;
+        let _ = io::stdout().flush();
+    }
+}

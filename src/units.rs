@@ -1,0 +1,341 @@
+//! Parsing and printing of the quantities sbm takes on its command line and prints:
+//! byte sizes (`64KiB`, `165KB`), durations (`15ms`, `40s`) and bit rates (`2Mbit`).
+//!
+//! `KB`/`MB`/`GB` are powers of 10, `KiB`/`MiB`/`GiB` powers of 2, as in the SI/IEC
+//! convention (iperf uses powers of 2 for `K`; sbm does not guess and rejects bare `K`).
+//! Zero, negative, overflowing and unknown-unit values are errors with one line of text.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a quantity did not parse. The message is a single line suitable for a CLI error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} '{input}': {why}")]
+pub struct ParseError {
+    what: &'static str,
+    input: String,
+    why: String,
+}
+
+impl ParseError {
+    fn new(what: &'static str, input: &str, why: impl Into<String>) -> Self {
+        Self {
+            what,
+            input: input.to_string(),
+            why: why.into(),
+        }
+    }
+}
+
+/// Splits `"64KiB"` into `("64", "KiB")`. A leading sign stays in the number so that
+/// negative values are reported as negative rather than as an unknown unit.
+fn split_number_unit(s: &str) -> (&str, &str) {
+    let s = s.trim();
+    let end = s
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || ((c == '-' || c == '+') && i == 0)))
+        .map(|(i, _)| i)
+        .unwrap_or(s.len());
+    (&s[..end], s[end..].trim())
+}
+
+/// Parses a non-negative decimal number given as text into an exact rational
+/// `mantissa / 10^scale`, so that `1.5MB` is exactly 1_500_000 without float rounding.
+fn parse_decimal(what: &'static str, input: &str, num: &str) -> Result<(u128, u32), ParseError> {
+    if num.is_empty() {
+        return Err(ParseError::new(what, input, "no number"));
+    }
+    if num.starts_with('-') {
+        return Err(ParseError::new(what, input, "must not be negative"));
+    }
+    let num = num.trim_start_matches('+');
+    let (int_part, frac_part) = match num.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (num, ""),
+    };
+    if (int_part.is_empty() && frac_part.is_empty())
+        || !int_part.chars().all(|c| c.is_ascii_digit())
+        || !frac_part.chars().all(|c| c.is_ascii_digit())
+    {
+        return Err(ParseError::new(what, input, "not a number"));
+    }
+    let digits = format!("{int_part}{frac_part}");
+    let mantissa: u128 = digits
+        .parse()
+        .map_err(|_| ParseError::new(what, input, "too large"))?;
+    let scale =
+        u32::try_from(frac_part.len()).map_err(|_| ParseError::new(what, input, "too long"))?;
+    if scale > 18 {
+        return Err(ParseError::new(what, input, "too many decimals"));
+    }
+    Ok((mantissa, scale))
+}
+
+/// `mantissa / 10^scale * multiplier`, which must be a whole number that fits in u64.
+fn scale_exact(
+    what: &'static str,
+    input: &str,
+    (mantissa, scale): (u128, u32),
+    multiplier: u128,
+) -> Result<u64, ParseError> {
+    let product = mantissa
+        .checked_mul(multiplier)
+        .ok_or_else(|| ParseError::new(what, input, "too large"))?;
+    let divisor = 10u128.pow(scale);
+    if product % divisor != 0 {
+        return Err(ParseError::new(
+            what,
+            input,
+            "is not a whole number of the base unit",
+        ));
+    }
+    u64::try_from(product / divisor).map_err(|_| ParseError::new(what, input, "too large"))
+}
+
+/// Parses a byte count. Accepts `B`, `KB`, `MB`, `GB` (10^3 steps), `KiB`, `MiB`, `GiB`
+/// (2^10 steps) and a bare number (bytes). Zero is allowed only when `allow_zero`.
+pub fn parse_bytes_with(input: &str, allow_zero: bool) -> Result<u64, ParseError> {
+    const WHAT: &str = "byte size";
+    let (num, unit) = split_number_unit(input);
+    let multiplier: u128 = match unit {
+        "" | "B" => 1,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(ParseError::new(
+                WHAT,
+                input,
+                format!("unknown unit '{other}' (use B, KB, MB, GB, KiB, MiB or GiB)"),
+            ))
+        }
+    };
+    let value = scale_exact(WHAT, input, parse_decimal(WHAT, input, num)?, multiplier)?;
+    if value == 0 && !allow_zero {
+        return Err(ParseError::new(WHAT, input, "must be greater than zero"));
+    }
+    Ok(value)
+}
+
+/// A byte count that must be greater than zero.
+pub fn parse_bytes(input: &str) -> Result<u64, ParseError> {
+    parse_bytes_with(input, false)
+}
+
+/// Parses a duration with a mandatory unit: `ns`, `us`/`µs`, `ms`, `s`, `m`/`min`, `h`.
+/// Zero is allowed only when `allow_zero`.
+pub fn parse_duration_with(input: &str, allow_zero: bool) -> Result<Duration, ParseError> {
+    const WHAT: &str = "duration";
+    let (num, unit) = split_number_unit(input);
+    let ns_per_unit: u128 = match unit {
+        "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        "" => {
+            return Err(ParseError::new(
+                WHAT,
+                input,
+                "needs a unit (ns, us, ms, s, min or h), e.g. 15ms or 40s",
+            ))
+        }
+        other => {
+            return Err(ParseError::new(
+                WHAT,
+                input,
+                format!("unknown unit '{other}' (use ns, us, ms, s, min or h)"),
+            ))
+        }
+    };
+    let ns = scale_exact(WHAT, input, parse_decimal(WHAT, input, num)?, ns_per_unit)?;
+    if ns == 0 && !allow_zero {
+        return Err(ParseError::new(WHAT, input, "must be greater than zero"));
+    }
+    Ok(Duration::from_nanos(ns))
+}
+
+/// A duration that must be greater than zero.
+pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
+    parse_duration_with(input, false)
+}
+
+/// A duration that may be zero (meaning "off" for the option that takes it).
+pub fn parse_duration_or_zero(input: &str) -> Result<Duration, ParseError> {
+    parse_duration_with(input, true)
+}
+
+/// Parses a bit rate in bits per second: `bit`, `kbit`, `Mbit`, `Gbit` (also `bps`,
+/// `kbps`, `Mbps`, `Gbps`), powers of 10 as tc and iperf use for rates.
+pub fn parse_rate_bps(input: &str) -> Result<u64, ParseError> {
+    const WHAT: &str = "bit rate";
+    let (num, unit) = split_number_unit(input);
+    let multiplier: u128 = match unit.to_ascii_lowercase().as_str() {
+        "" | "bit" | "bps" => 1,
+        "kbit" | "kbps" => 1_000,
+        "mbit" | "mbps" => 1_000_000,
+        "gbit" | "gbps" => 1_000_000_000,
+        _ => {
+            return Err(ParseError::new(
+                WHAT,
+                input,
+                format!("unknown unit '{unit}' (use bit, kbit, Mbit or Gbit per second)"),
+            ))
+        }
+    };
+    let value = scale_exact(WHAT, input, parse_decimal(WHAT, input, num)?, multiplier)?;
+    if value == 0 {
+        return Err(ParseError::new(WHAT, input, "must be greater than zero"));
+    }
+    Ok(value)
+}
+
+/// A byte count printed with the IEC unit that keeps it short: `64.0 KiB`.
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0 as f64;
+        if self.0 < 1 << 10 {
+            write!(f, "{} B", self.0)
+        } else if self.0 < 1 << 20 {
+            write!(f, "{:.1} KiB", b / 1024.0)
+        } else if self.0 < 1 << 30 {
+            write!(f, "{:.2} MiB", b / (1024.0 * 1024.0))
+        } else {
+            write!(f, "{:.2} GiB", b / (1024.0 * 1024.0 * 1024.0))
+        }
+    }
+}
+
+/// A bit rate printed in SI units: `1.92 Mbit/s`.
+pub struct BitRate(pub f64);
+
+impl fmt::Display for BitRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.0;
+        if r < 1e3 {
+            write!(f, "{r:.0} bit/s")
+        } else if r < 1e6 {
+            write!(f, "{:.1} kbit/s", r / 1e3)
+        } else if r < 1e9 {
+            write!(f, "{:.2} Mbit/s", r / 1e6)
+        } else {
+            write!(f, "{:.2} Gbit/s", r / 1e9)
+        }
+    }
+}
+
+/// A duration in microseconds printed with the unit that keeps it readable: `8.6 ms`.
+pub struct Micros(pub u64);
+
+impl fmt::Display for Micros {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let us = self.0 as f64;
+        if self.0 < 1_000 {
+            write!(f, "{} us", self.0)
+        } else if self.0 < 1_000_000 {
+            write!(f, "{:.1} ms", us / 1e3)
+        } else {
+            write!(f, "{:.2} s", us / 1e6)
+        }
+    }
+}
+
+/// Bits per second from a byte count over a duration; 0 for an empty duration.
+pub fn bits_per_second(bytes: u64, elapsed: Duration) -> f64 {
+    let secs = elapsed.as_secs_f64();
+    if secs > 0.0 {
+        bytes as f64 * 8.0 / secs
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_si_and_iec() {
+        assert_eq!(parse_bytes("64KiB").unwrap(), 65_536);
+        assert_eq!(parse_bytes("165KB").unwrap(), 165_000);
+        assert_eq!(parse_bytes("1.5MB").unwrap(), 1_500_000);
+        assert_eq!(parse_bytes("4MiB").unwrap(), 4 << 20);
+        assert_eq!(parse_bytes("187").unwrap(), 187);
+        assert_eq!(parse_bytes("512B").unwrap(), 512);
+        assert_eq!(parse_bytes(" 2 GiB ").unwrap(), 2 << 30);
+    }
+
+    #[test]
+    fn bytes_rejects_bad_input() {
+        for bad in [
+            "0", "0KiB", "-5", "-5KB", "12XB", "K", "", "1.5", "1.0001KB", "abc", "1e3",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad} should be rejected");
+        }
+        assert!(parse_bytes("99999999999999999999999").is_err());
+        assert!(parse_bytes("20000000000GiB").is_err());
+        assert_eq!(parse_bytes_with("0", true).unwrap(), 0);
+    }
+
+    #[test]
+    fn error_message_is_one_line_and_names_the_input() {
+        let e = parse_bytes("12XB").unwrap_err().to_string();
+        assert!(
+            e.contains("12XB") && e.contains("unknown unit") && !e.contains('\n'),
+            "{e}"
+        );
+        let e = parse_duration("-3s").unwrap_err().to_string();
+        assert!(e.contains("negative"), "{e}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15ms").unwrap(), Duration::from_millis(15));
+        assert_eq!(parse_duration("40s").unwrap(), Duration::from_secs(40));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+        assert_eq!(parse_duration("2min").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration_or_zero("0ms").unwrap(), Duration::ZERO);
+        for bad in [
+            "0s",
+            "15",
+            "-1s",
+            "3 fortnights",
+            "1.5ns",
+            "ms",
+            "99999999999h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate_bps("2Mbit").unwrap(), 2_000_000);
+        assert_eq!(parse_rate_bps("100kbit").unwrap(), 100_000);
+        assert_eq!(parse_rate_bps("86mbit").unwrap(), 86_000_000);
+        assert_eq!(parse_rate_bps("1.5Gbps").unwrap(), 1_500_000_000);
+        for bad in ["0mbit", "-2Mbit", "2Mbyte", "fast"] {
+            assert!(parse_rate_bps(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn printing() {
+        assert_eq!(Bytes(512).to_string(), "512 B");
+        assert_eq!(Bytes(65_536).to_string(), "64.0 KiB");
+        assert_eq!(BitRate(1_920_000.0).to_string(), "1.92 Mbit/s");
+        assert_eq!(Micros(8_600).to_string(), "8.6 ms");
+        assert_eq!(Micros(22_000_000).to_string(), "22.00 s");
+        assert_eq!(
+            bits_per_second(250_000, Duration::from_secs(1)),
+            2_000_000.0
+        );
+    }
+}
