@@ -166,7 +166,9 @@ struct Sender<'a> {
     run: RunAcc,
     /// tcp_info at the previous tick, for per-interval deltas.
     prev_info: TcpInfo,
-    /// bytes_acked and time when the warm-up ended (goodput baseline).
+    /// tcpi_bytes_acked before the first write: Linux counts the SYN as one acked byte.
+    acked_base: u64,
+    /// Data bytes acked and time when the warm-up ended (goodput baseline).
     warmup_mark: Option<(Duration, u64)>,
     write_end: Option<(Duration, TcpInfo)>,
     first_write: Option<Duration>,
@@ -177,6 +179,13 @@ struct Sender<'a> {
 impl<'a> Sender<'a> {
     fn elapsed(&self) -> Duration {
         self.t0.elapsed()
+    }
+
+    /// Data bytes acknowledged according to `info` (the SYN not counted).
+    fn data_acked(&self, info: &TcpInfo) -> u64 {
+        info.bytes_acked
+            .unwrap_or(0)
+            .saturating_sub(self.acked_base)
     }
 
     fn tcp_info(&self) -> Result<TcpInfo, SysError> {
@@ -435,13 +444,10 @@ impl<'a> Sender<'a> {
         let Some((at, info)) = &self.write_end else {
             return Duration::ZERO;
         };
-        let outstanding = self
-            .ledger
-            .written()
-            .saturating_sub(info.bytes_acked.unwrap_or(0));
+        let outstanding = self.ledger.written().saturating_sub(self.data_acked(info));
         let rate = match info.delivery_rate {
             Some(r) if r > 0 => r as f64,
-            _ => info.bytes_acked.unwrap_or(0) as f64 / at.as_secs_f64().max(1e-3),
+            _ => self.data_acked(info) as f64 / at.as_secs_f64().max(1e-3),
         };
         let drain = if rate > 0.0 {
             outstanding as f64 / rate
@@ -461,7 +467,7 @@ impl<'a> Sender<'a> {
             if self.phase == Phase::Writing {
                 if self.warmup_mark.is_none() && now >= self.cfg.warmup {
                     if let Ok(info) = self.tcp_info() {
-                        self.warmup_mark = Some((now, info.bytes_acked.unwrap_or(0)));
+                        self.warmup_mark = Some((now, self.data_acked(&info)));
                     }
                 }
                 if let Some(why) = self.writing_limit_reached(now) {
@@ -618,6 +624,7 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         phase: Phase::Writing,
         interval: IntervalAcc::default(),
         run: RunAcc::default(),
+        acked_base: first_info.bytes_acked.unwrap_or(0),
         prev_info: first_info.clone(),
         warmup_mark: None,
         write_end: None,
@@ -654,7 +661,7 @@ impl Sender<'_> {
         drain.pending_writes = self.ledger.pending_len() as u64;
         if self.cfg.timestamps {
             let written = self.ledger.written();
-            let acked = info.as_ref().and_then(|i| i.bytes_acked).unwrap_or(0);
+            let acked = info.as_ref().map_or(0, |i| self.data_acked(i));
             let end = RunEnd {
                 sent_offset: written.saturating_sub(u64::from(notsent)),
                 acked_offset: acked,
@@ -696,14 +703,11 @@ impl Sender<'_> {
             .unwrap_or_else(|| (self.elapsed(), info.clone().unwrap_or_default()));
         let start_at = self.first_write.unwrap_or(Duration::ZERO);
         let (goodput_from, acked_from) = self.warmup_mark.unwrap_or((Duration::ZERO, 0));
-        let acked_end = end_info.bytes_acked.unwrap_or(0);
+        let acked_end = self.data_acked(&end_info);
         let totals = Totals {
             duration_s: end_at.saturating_sub(start_at).as_secs_f64(),
             bytes_written: self.run.bytes_written,
-            bytes_acked: info
-                .as_ref()
-                .and_then(|i| i.bytes_acked)
-                .unwrap_or(acked_end),
+            bytes_acked: info.as_ref().map_or(acked_end, |i| self.data_acked(i)),
             writes: self.run.writes,
             short_writes: self.run.short_writes,
             would_block: self.run.would_block,

@@ -1,0 +1,240 @@
+//! Test harness: spawns the real binaries, waits on their output with timeouts (never
+//! fixed sleeps), and reads their CSV/JSON outputs.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Tests in one binary run one at a time: they measure timing on a 2-core machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    match name {
+        "sbm-send" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-send")),
+        "sbm-sink" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-sink")),
+        other => panic!("unknown binary {other}"),
+    }
+}
+
+pub fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "sbm-test-{tag}-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        % 1_000_000_007
+}
+
+/// A running process whose stdout lines arrive on a channel. Killed on drop.
+pub struct Running {
+    pub child: Option<Child>,
+    pub lines: Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Running {
+    pub fn spawn(name: &str, args: &[&str]) -> Running {
+        let mut child = Command::new(bin(name))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child: Some(child),
+            lines: rx,
+            seen: vec![],
+        }
+    }
+
+    /// Waits for a stdout line containing `needle`; returns it.
+    pub fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.contains(needle) {
+                        return l;
+                    }
+                }
+                Err(_) => panic!(
+                    "no line with {needle:?} within {timeout:?}; saw {:#?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().unwrap().id() as i32)
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).unwrap();
+    }
+
+    /// Waits for exit; collects the remaining stdout and the stderr.
+    pub fn wait(mut self, timeout: Duration) -> Finished {
+        let mut child = self.child.take().unwrap();
+        let pid = Pid::from_raw(child.id() as i32);
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take();
+        std::thread::spawn(move || {
+            let status = child.wait();
+            let mut err = String::new();
+            if let Some(mut s) = stderr {
+                use std::io::Read;
+                let _ = s.read_to_string(&mut err);
+            }
+            let _ = tx.send((status, err));
+        });
+        let (status, stderr) = match rx.recv_timeout(timeout) {
+            Ok((s, e)) => (s.unwrap(), e),
+            Err(_) => {
+                let _ = kill(pid, Signal::SIGKILL);
+                panic!(
+                    "process did not exit within {timeout:?}; stdout so far {:#?}",
+                    self.seen
+                );
+            }
+        };
+        // The reader thread ends at EOF once the process is gone.
+        let mut stdout = std::mem::take(&mut self.seen);
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            stdout.push(l);
+        }
+        Finished {
+            status,
+            stdout: stdout.join("\n"),
+            stderr,
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+/// Runs a binary to completion with a timeout.
+pub fn run(name: &str, args: &[&str], timeout: Duration) -> Finished {
+    Running::spawn(name, args).wait(timeout)
+}
+
+/// A sink on an ephemeral port; its address is known once it printed it.
+pub struct Sink {
+    pub proc: Running,
+    pub addr: String,
+}
+
+impl Sink {
+    pub fn start(listen: &str, extra: &[&str]) -> Sink {
+        let mut args = vec!["--listen", listen];
+        args.extend_from_slice(extra);
+        let mut proc = Running::spawn("sbm-sink", &args);
+        let line = proc.wait_line("listening on", Duration::from_secs(10));
+        let addr = line
+            .rsplit("listening on ")
+            .next()
+            .unwrap()
+            .trim()
+            .to_string();
+        Sink { proc, addr }
+    }
+
+    /// Stops the sink with SIGTERM and returns its output.
+    pub fn stop(self) -> Finished {
+        self.proc.signal(Signal::SIGTERM);
+        self.proc.wait(Duration::from_secs(10))
+    }
+}
+
+pub type Row = HashMap<String, String>;
+
+pub fn read_csv(path: &Path) -> Vec<Row> {
+    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let headers = r.headers().unwrap().clone();
+    r.records()
+        .map(|rec| {
+            let rec = rec.unwrap();
+            headers
+                .iter()
+                .zip(rec.iter())
+                .map(|(h, v)| (h.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+pub fn csv_headers(path: &Path) -> Vec<String> {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    r.headers().unwrap().iter().map(str::to_string).collect()
+}
+
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+pub fn num(row: &Row, key: &str) -> Option<u64> {
+    row.get(key)
+        .filter(|v| !v.is_empty())
+        .map(|v| v.parse().unwrap())
+}
+
+/// Total bytes the sink received on its connections (the `total` rows).
+pub fn sink_total_bytes(dir: &Path) -> u64 {
+    read_csv(&dir.join("sink-intervals.csv"))
+        .iter()
+        .filter(|r| r["kind"] == "total")
+        .map(|r| num(r, "bytes").unwrap())
+        .sum()
+}

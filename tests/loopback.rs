@@ -1,0 +1,438 @@
+//! sbm-send against sbm-sink on loopback: real sockets, real timestamps.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use nix::sys::signal::Signal;
+
+const RUN: Duration = Duration::from_secs(120);
+
+fn send_args<'a>(addr: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["--connect", addr, "--out", out, "-q"];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// The checks of a complete loopback run with 64 KiB writes.
+fn check_full_run(listen: &str) {
+    let _g = serial();
+    let dir = tempdir("full");
+    let sink_dir = dir.join("sink");
+    let mut sink = Sink::start(listen, &["--out", sink_dir.to_str().unwrap(), "-q"]);
+    let out = dir.join("send");
+    let res = run(
+        "sbm-send",
+        &send_args(&sink.addr, out.to_str().unwrap(), &["--writes", "5000"]),
+        RUN,
+    );
+    assert_eq!(
+        res.code(),
+        Some(0),
+        "stdout {}\nstderr {}",
+        res.stdout,
+        res.stderr
+    );
+    sink.proc.wait_line("total from", Duration::from_secs(20));
+
+    let rows = read_csv(&out.join("writes.csv"));
+    assert_eq!(rows.len(), 5000, "one row per write");
+    let mut accepted = 0;
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(num(r, "seq"), Some(i as u64 + 1));
+        accepted += num(r, "bytes_accepted").unwrap();
+        assert_eq!(num(r, "end_offset"), Some(accepted));
+        assert_ne!(r["attribution"], "missing", "row {i}: {r:?}");
+        if r["attribution"] == "exact" && r["snd_state"] == "exact" && r["ack_state"] == "exact" {
+            let (w, sched, snd, ack) = (
+                num(r, "write_ns").unwrap(),
+                num(r, "sched_ns").unwrap(),
+                num(r, "snd_ns").unwrap(),
+                num(r, "ack_ns").unwrap(),
+            );
+            assert!(w <= sched && sched <= snd && snd <= ack, "row {i}: {r:?}");
+            assert_eq!(num(r, "sojourn_us"), Some((sched - w) / 1000));
+        }
+    }
+    let exact = rows.iter().filter(|r| r["attribution"] == "exact").count();
+    assert!(
+        exact > 4000,
+        "most 64 KiB writes get their own report: {exact}"
+    );
+
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["complete"], true);
+    assert_eq!(summary["attribution"]["missing"], 0);
+    assert_eq!(summary["totals"]["writes"], 5000);
+    assert_eq!(summary["totals"]["bytes_written"], accepted);
+    assert_eq!(summary["totals"]["bytes_acked"], accepted);
+    let stop = sink.stop();
+    assert_eq!(stop.code(), Some(0));
+    assert_eq!(
+        sink_total_bytes(&sink_dir),
+        accepted,
+        "sink bytes == accepted bytes"
+    );
+}
+
+#[test]
+fn loopback_ipv4_5000_writes() {
+    check_full_run("127.0.0.1:0");
+}
+
+#[test]
+fn loopback_ipv6_5000_writes() {
+    check_full_run("[::1]:0");
+}
+
+#[test]
+fn forced_errqueue_loss_is_counted_as_missing() {
+    let _g = serial();
+    let dir = tempdir("loss");
+    let sink = Sink::start("127.0.0.1:0", &["-q"]);
+    let out = dir.join("send");
+    let res = run(
+        "sbm-send",
+        &send_args(
+            &sink.addr,
+            out.to_str().unwrap(),
+            &[
+                "--writes",
+                "5000",
+                "--errqueue-rcvbuf",
+                "1",
+                "--drain-timeout",
+                "2s",
+            ],
+        ),
+        RUN,
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    assert!(
+        res.stderr.contains("errqueue_rcvbuf"),
+        "the clamp is a visible warning: {}",
+        res.stderr
+    );
+    let rows = read_csv(&out.join("writes.csv"));
+    let missing_rows = rows
+        .iter()
+        .filter(|r| r["attribution"] == "missing")
+        .count() as u64;
+    let summary = read_json(&out.join("summary.json"));
+    let missing = summary["attribution"]["missing"].as_u64().unwrap();
+    assert!(missing > 0, "a 2 KiB error queue must lose reports");
+    assert_eq!(missing, missing_rows, "summary count matches the rows");
+    assert!(res.stdout.contains("have no SCHED time"), "{}", res.stdout);
+    sink.stop();
+}
+
+#[test]
+fn no_timestamps_run_writes_untimed_rows() {
+    let _g = serial();
+    let dir = tempdir("nots");
+    let sink_dir = dir.join("sink");
+    let mut sink = Sink::start("127.0.0.1:0", &["--out", sink_dir.to_str().unwrap(), "-q"]);
+    let out = dir.join("send");
+    let res = run(
+        "sbm-send",
+        &send_args(
+            &sink.addr,
+            out.to_str().unwrap(),
+            &["--writes", "300", "--no-timestamps"],
+        ),
+        RUN,
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    assert!(res.stdout.contains("not measured"), "{}", res.stdout);
+    sink.proc.wait_line("total from", Duration::from_secs(20));
+    let rows = read_csv(&out.join("writes.csv"));
+    assert_eq!(rows.len(), 300);
+    assert!(rows
+        .iter()
+        .all(|r| r["attribution"] == "off" && r["sched_ns"].is_empty()));
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["config"]["timestamps"], false);
+    assert_eq!(summary["sojourn"]["count"], 0);
+    assert!(summary["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|o| o["name"] != "errqueue_rcvbuf"));
+    sink.stop();
+    assert_eq!(sink_total_bytes(&sink_dir), 300 * 65_536);
+}
+
+#[test]
+fn small_sink_receive_buffer_shows_rwnd_limited_time() {
+    let _g = serial();
+    let dir = tempdir("rwnd");
+    let sink = Sink::start("127.0.0.1:0", &["--rcvbuf", "4KiB", "-q"]);
+    let out = dir.join("send");
+    let res = run(
+        "sbm-send",
+        &send_args(
+            &sink.addr,
+            out.to_str().unwrap(),
+            &["-t", "2s", "-i", "500ms"],
+        ),
+        RUN,
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    let rwnd: u64 = read_csv(&out.join("intervals.csv"))
+        .iter()
+        .filter_map(|r| num(r, "rwnd_limited_us"))
+        .sum();
+    assert!(rwnd > 0, "a 4 KiB receive window must limit the sender");
+    sink.stop();
+}
+
+#[test]
+fn sigint_mid_run_leaves_flushed_files_and_summary() {
+    let _g = serial();
+    let dir = tempdir("sigint");
+    let sink = Sink::start("127.0.0.1:0", &["-q"]);
+    let out = dir.join("send");
+    let mut send = Running::spawn(
+        "sbm-send",
+        &[
+            "--connect",
+            &sink.addr,
+            "--out",
+            out.to_str().unwrap(),
+            "-t",
+            "60s",
+            "-i",
+            "200ms",
+        ],
+    );
+    send.wait_line("0.20-0.40 s", Duration::from_secs(20));
+    send.signal(Signal::SIGINT);
+    let res = send.wait(Duration::from_secs(30));
+    assert_eq!(res.code(), Some(130), "128 + SIGINT");
+    assert!(
+        res.stdout.contains("INCOMPLETE: interrupted by SIGINT"),
+        "{}",
+        res.stdout
+    );
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["complete"], false);
+    let rows = read_csv(&out.join("writes.csv"));
+    assert_eq!(
+        rows.len() as u64,
+        summary["totals"]["writes"].as_u64().unwrap()
+    );
+    assert!(!rows.is_empty());
+    assert!(read_csv(&out.join("intervals.csv")).len() >= 2);
+    sink.stop();
+}
+
+#[test]
+fn killed_peer_ends_the_run_with_files_kept() {
+    let _g = serial();
+    let dir = tempdir("peer");
+    let sink = Sink::start("127.0.0.1:0", &["--rcvbuf", "64KiB", "-q"]);
+    let out = dir.join("send");
+    let mut send = Running::spawn(
+        "sbm-send",
+        &[
+            "--connect",
+            &sink.addr,
+            "--out",
+            out.to_str().unwrap(),
+            "-t",
+            "60s",
+            "-i",
+            "200ms",
+        ],
+    );
+    send.wait_line("0.20-0.40 s", Duration::from_secs(20));
+    sink.proc.signal(Signal::SIGKILL);
+    let res = send.wait(Duration::from_secs(30));
+    assert_eq!(
+        res.code(),
+        Some(1),
+        "stdout {}\nstderr {}",
+        res.stdout,
+        res.stderr
+    );
+    assert!(
+        res.stdout.contains("INCOMPLETE: peer failed"),
+        "{}",
+        res.stdout
+    );
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["complete"], false);
+    assert!(
+        summary["error"].as_str().unwrap().contains("reset"),
+        "{summary}"
+    );
+    let rows = read_csv(&out.join("writes.csv"));
+    assert_eq!(
+        rows.len() as u64,
+        summary["totals"]["writes"].as_u64().unwrap()
+    );
+}
+
+#[test]
+fn unreachable_peer_is_one_line_and_exit_1() {
+    let _g = serial();
+    // Bind then drop a listener to get a port that refuses connections.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let res = run(
+        "sbm-send",
+        &["--connect", &format!("127.0.0.1:{port}"), "-t", "1s"],
+        RUN,
+    );
+    assert_eq!(res.code(), Some(1));
+    assert_eq!(res.stderr.trim().lines().count(), 1, "{}", res.stderr);
+    assert!(res.stderr.contains("connection refused"), "{}", res.stderr);
+}
+
+#[test]
+fn bad_flags_exit_2_with_a_message() {
+    for args in [
+        vec!["--connect", "127.0.0.1:9", "-l", "0"],
+        vec!["--connect", "127.0.0.1:9", "-l", "64XB"],
+        vec!["--connect", "127.0.0.1:9", "-t", "-1s"],
+        vec![
+            "--connect",
+            "127.0.0.1:9",
+            "--writes",
+            "99999999999999999999999",
+        ],
+        vec!["--connect", "127.0.0.1:9", "--bogus"],
+        vec!["--connect", "127.0.0.1:9", "-t", "2s", "--warmup", "3s"],
+        vec![],
+    ] {
+        let res = run("sbm-send", &args, RUN);
+        assert_eq!(res.code(), Some(2), "{args:?}: {}", res.stderr);
+        assert!(
+            res.stderr.contains("error") || res.stderr.contains("sbm-send:"),
+            "{args:?}: {}",
+            res.stderr
+        );
+        assert!(!res.stderr.contains("panicked"), "{}", res.stderr);
+    }
+    for args in [
+        vec!["--listen", "127.0.0.1:99999"],
+        vec!["-i", "0s"],
+        vec!["--rcvbuf", "lots"],
+    ] {
+        let res = run("sbm-sink", &args, RUN);
+        assert_eq!(res.code(), Some(2), "{args:?}: {}", res.stderr);
+    }
+}
+
+#[test]
+fn sink_serves_concurrent_connections_and_survives_garbage() {
+    let _g = serial();
+    let dir = tempdir("multi");
+    let mut sink = Sink::start("127.0.0.1:0", &["--out", dir.to_str().unwrap(), "-q"]);
+    // A peer that sends garbage and resets the connection.
+    {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(&sink.addr).unwrap();
+        s.write_all(b"\xff\x00garbage\r\n").unwrap();
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+    }
+    let a = Running::spawn(
+        "sbm-send",
+        &["--connect", &sink.addr, "--writes", "200", "-q"],
+    );
+    let b = Running::spawn(
+        "sbm-send",
+        &["--connect", &sink.addr, "--writes", "300", "-q"],
+    );
+    assert_eq!(a.wait(RUN).code(), Some(0));
+    assert_eq!(b.wait(RUN).code(), Some(0));
+    for _ in 0..3 {
+        sink.proc.wait_line("total from", Duration::from_secs(20));
+    }
+    let totals: Vec<u64> = {
+        let mut t: Vec<u64> = read_csv(&dir.join("sink-intervals.csv"))
+            .iter()
+            .filter(|r| r["kind"] == "total")
+            .map(|r| num(r, "bytes").unwrap())
+            .collect();
+        t.sort();
+        t
+    };
+    assert_eq!(totals, vec![11, 200 * 65_536, 300 * 65_536]);
+    let stop = sink.stop();
+    assert_eq!(stop.code(), Some(0));
+}
+
+/// Every column and JSON key sbm writes is documented in README.md.
+#[test]
+fn every_output_field_is_documented_in_readme() {
+    let _g = serial();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let documented = |name: &str| readme.contains(&format!("`{name}`"));
+    let dir = tempdir("readme");
+    let sink_dir = dir.join("sink");
+    let mut sink = Sink::start("127.0.0.1:0", &["--out", sink_dir.to_str().unwrap(), "-q"]);
+    let out = dir.join("send");
+    let res = run(
+        "sbm-send",
+        &send_args(&sink.addr, out.to_str().unwrap(), &["--writes", "50"]),
+        RUN,
+    );
+    assert_eq!(res.code(), Some(0));
+    sink.proc.wait_line("total from", Duration::from_secs(20));
+    let mut missing = vec![];
+    for file in [
+        out.join("writes.csv"),
+        out.join("intervals.csv"),
+        sink_dir.join("sink-intervals.csv"),
+    ] {
+        for h in csv_headers(&file) {
+            if !documented(&h) {
+                missing.push(format!(
+                    "{}: {h}",
+                    file.file_name().unwrap().to_string_lossy()
+                ));
+            }
+        }
+    }
+    fn keys(prefix: &str, v: &serde_json::Value, out: &mut Vec<String>) {
+        if let serde_json::Value::Object(m) = v {
+            for (k, child) in m {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                // Sysctl names are data, not schema.
+                if prefix != "sysctls" {
+                    out.push(path.clone());
+                    keys(&path, child, out);
+                }
+            }
+        }
+        if let serde_json::Value::Array(a) = v {
+            if let Some(first) = a.first() {
+                keys(&format!("{prefix}[]"), first, out);
+            }
+        }
+    }
+    let mut json_keys = vec![];
+    keys("", &read_json(&out.join("summary.json")), &mut json_keys);
+    for k in json_keys {
+        if !documented(&k) {
+            missing.push(format!("summary.json: {k}"));
+        }
+    }
+    sink.stop();
+    assert!(
+        missing.is_empty(),
+        "undocumented fields in README.md: {missing:#?}"
+    );
+}
