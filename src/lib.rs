@@ -10,9 +10,11 @@
 //! - [`report`]: output schemas and writers (CSV, JSON, human text).
 //! - [`send`], [`sink`]: the two instruments' event loops and CLIs.
 //! - [`sys`]: the only unsafe code: raw syscalls.
+//! - [`delay`]: sbm-delay, the test bed's NFQUEUE delay line.
 //! - [`addr`], [`signals`], [`sysinfo`]: small helpers.
 
 pub mod addr;
+pub mod delay;
 pub mod report;
 pub mod send;
 pub mod signals;
