@@ -210,7 +210,7 @@ mod tests {
     fn kernel_packet(queue: u16, id: u32, skb_info: Option<u32>) -> Vec<u8> {
         let mut m = Vec::new();
         m.extend_from_slice(&0u32.to_ne_bytes());
-        m.extend_from_slice(&((3u16 << 8) | 0).to_ne_bytes());
+        m.extend_from_slice(&(3u16 << 8).to_ne_bytes()); // NFQNL_MSG_PACKET
         m.extend_from_slice(&0u16.to_ne_bytes());
         m.extend_from_slice(&0u32.to_ne_bytes());
         m.extend_from_slice(&0u32.to_ne_bytes());

@@ -165,7 +165,7 @@ impl NfQueue {
     pub fn read(&mut self, each: &mut dyn FnMut(Incoming)) -> Result<Read, QueueError> {
         match recv(self.fd.as_raw_fd(), &mut self.buf, MsgFlags::MSG_DONTWAIT) {
             Ok(n) => {
-                nfnl::parse(&self.buf[..n], |m| each(m))?;
+                nfnl::parse(&self.buf[..n], &mut *each)?;
                 Ok(Read::Messages)
             }
             Err(Errno::EAGAIN) => Ok(Read::Empty),
