@@ -11,6 +11,7 @@
 //! - [`send`], [`sink`]: the two instruments' event loops and CLIs.
 //! - [`sys`]: the only unsafe code: raw syscalls.
 //! - [`delay`]: sbm-delay, the test bed's NFQUEUE delay line.
+//! - [`testbed`]: sbm-testbed, the emulated WAN path and real-host shaping.
 //! - [`addr`], [`signals`], [`sysinfo`]: small helpers.
 
 pub mod addr;
@@ -24,5 +25,6 @@ pub mod stats;
 pub mod sys;
 pub mod sysinfo;
 pub mod tcpinfo;
+pub mod testbed;
 pub mod tstamp;
 pub mod units;

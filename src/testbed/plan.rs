@@ -1,0 +1,186 @@
+//! The tc commands of a bottleneck and a delay, as pure functions of their parameters:
+//! what `--dry-run` prints is what runs.
+
+use std::time::Duration;
+
+use super::cmd::Cmd;
+
+/// Ethernet frame of an MTU-sized packet as HTB accounts it.
+pub const FULL_PACKET: u64 = 1514;
+/// Bytes per second a bucket must refill per timer tick: sized for HZ = 100, the lowest
+/// common kernel tick, so the shaper reaches its rate at any HZ (FACTS.md: burst ≥ rate/HZ).
+const MIN_HZ: u64 = 100;
+
+/// An HTB rate limit with a byte FIFO sized in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bottleneck {
+    pub rate_bps: u64,
+    pub queue: Duration,
+}
+
+impl Bottleneck {
+    /// rate × queue, at least four full packets (at 100 kb/s, 200 ms is only 2500 B).
+    pub fn limit_bytes(&self) -> u64 {
+        let by_time =
+            (u128::from(self.rate_bps) * self.queue.as_nanos() / 8 / 1_000_000_000) as u64;
+        by_time.max(4 * FULL_PACKET)
+    }
+
+    /// HTB burst: at least one tick's worth at the rate and two full packets.
+    pub fn burst_bytes(&self) -> u64 {
+        (self.rate_bps / 8 / MIN_HZ).max(2 * FULL_PACKET)
+    }
+
+    /// The payload rate TCP can reach through it with `mss`-byte segments (the shaper
+    /// counts Ethernet + IP + TCP headers).
+    pub fn payload_bps(&self, mss: u64, header_bytes: u64) -> f64 {
+        self.rate_bps as f64 * mss as f64 / (mss + header_bytes) as f64
+    }
+}
+
+/// HTB root + one class at the rate + a bfifo child, on `dev` (created or changed in place).
+pub fn htb(dev: &str, b: &Bottleneck) -> Vec<Cmd> {
+    let rate = format!("{}bit", b.rate_bps);
+    let burst = format!("{}b", b.burst_bytes());
+    let quantum = FULL_PACKET.to_string();
+    let limit = format!("{}b", b.limit_bytes());
+    vec![
+        Cmd::new(
+            "tc",
+            &[
+                "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1",
+            ],
+        ),
+        Cmd::new(
+            "tc",
+            &[
+                "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate",
+                &rate, "ceil", &rate, "burst", &burst, "cburst", &burst, "quantum", &quantum,
+            ],
+        ),
+        Cmd::new(
+            "tc",
+            &[
+                "qdisc", "replace", "dev", dev, "parent", "1:1", "handle", "10:", "bfifo", "limit",
+                &limit,
+            ],
+        ),
+    ]
+}
+
+/// Redirects everything arriving on `dev` to the IFB device `ifb` (the report's
+/// receiver-side ingress shaping): create the IFB, ingress qdisc, match-all mirred.
+pub fn ingress_redirect(dev: &str, ifb: &str) -> Vec<Cmd> {
+    vec![
+        Cmd::new("ip", &["link", "add", ifb, "type", "ifb"]),
+        Cmd::new("ip", &["link", "set", ifb, "up"]),
+        Cmd::new(
+            "tc",
+            &["qdisc", "replace", "dev", dev, "handle", "ffff:", "ingress"],
+        ),
+        Cmd::new(
+            "tc",
+            &[
+                "filter", "replace", "dev", dev, "parent", "ffff:", "protocol", "all", "prio", "1",
+                "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev",
+                ifb,
+            ],
+        ),
+    ]
+}
+
+/// netem delay as the root qdisc of `dev`.
+pub fn netem_delay(dev: &str, delay: Duration) -> Cmd {
+    let d = format!("{}us", delay.as_micros());
+    Cmd::new(
+        "tc",
+        &[
+            "qdisc", "replace", "dev", dev, "root", "netem", "delay", &d, "limit", "100000",
+        ],
+    )
+}
+
+/// The IFB device name for `dev` on a real host (at most 15 characters).
+pub fn ifb_name(dev: &str) -> String {
+    let mut name = format!("ifb-{dev}");
+    name.truncate(15);
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_is_sized_in_time_with_a_floor_of_four_packets() {
+        let two_m = Bottleneck {
+            rate_bps: 2_000_000,
+            queue: Duration::from_millis(200),
+        };
+        assert_eq!(two_m.limit_bytes(), 50_000);
+        let slow = Bottleneck {
+            rate_bps: 100_000,
+            queue: Duration::from_millis(200),
+        };
+        assert_eq!(slow.limit_bytes(), 4 * 1514); // 2500 B by time
+        let fast = Bottleneck {
+            rate_bps: 86_000_000,
+            queue: Duration::from_millis(200),
+        };
+        assert_eq!(fast.limit_bytes(), 2_150_000);
+    }
+
+    #[test]
+    fn burst_covers_one_tick_at_the_rate() {
+        assert_eq!(
+            Bottleneck {
+                rate_bps: 100_000,
+                queue: Duration::ZERO
+            }
+            .burst_bytes(),
+            3028
+        );
+        assert_eq!(
+            Bottleneck {
+                rate_bps: 86_000_000,
+                queue: Duration::ZERO
+            }
+            .burst_bytes(),
+            107_500
+        );
+    }
+
+    #[test]
+    fn htb_commands() {
+        let b = Bottleneck {
+            rate_bps: 2_000_000,
+            queue: Duration::from_millis(200),
+        };
+        let lines: Vec<String> = htb("wr", &b).iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            lines,
+            [
+                "tc qdisc replace dev wr root handle 1: htb default 1",
+                "tc class replace dev wr parent 1: classid 1:1 htb rate 2000000bit ceil 2000000bit burst 3028b cburst 3028b quantum 1514",
+                "tc qdisc replace dev wr parent 1:1 handle 10: bfifo limit 50000b",
+            ]
+        );
+    }
+
+    #[test]
+    fn payload_rate_accounts_for_headers() {
+        let b = Bottleneck {
+            rate_bps: 2_000_000,
+            queue: Duration::ZERO,
+        };
+        // 1448-byte payload in a 1514-byte frame with timestamps (66 bytes of headers).
+        let p = b.payload_bps(1448, 66);
+        assert!((p - 1_912_813.7).abs() < 1.0, "{p}");
+    }
+
+    #[test]
+    fn ifb_names_fit_linux_limits() {
+        assert_eq!(ifb_name("eth0"), "ifb-eth0");
+        assert_eq!(ifb_name("enp0s31f6longname").len(), 15);
+    }
+}

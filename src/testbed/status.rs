@@ -1,0 +1,244 @@
+//! `testbed/wan status`: what the bed is and what its parts counted. The JSON is what the
+//! matrix records before and after each cell.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::cmd::Cmd;
+use super::wan::{self, DelayImpl, Names, ShapeAt, State};
+
+/// One line of /proc/net/netfilter/nfnetlink_queue (net/netfilter/nfnetlink_queue.c
+/// `seq_show`): the kernel's own counters for a queue.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct KernelQueue {
+    pub queue: u32,
+    pub portid: u32,
+    /// Packets waiting for a verdict now.
+    pub queue_total: u64,
+    /// Dropped because the queue was full.
+    pub queue_dropped: u64,
+    /// Dropped because the netlink socket could not take them.
+    pub user_dropped: u64,
+    pub id_sequence: u64,
+}
+
+pub fn parse_nfnetlink_queue(text: &str) -> Vec<KernelQueue> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<u64> = l
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (f.len() >= 8).then(|| KernelQueue {
+                queue: f[0] as u32,
+                portid: f[1] as u32,
+                queue_total: f[2],
+                queue_dropped: f[5],
+                user_dropped: f[6],
+                id_sequence: f[7],
+            })
+        })
+        .collect()
+}
+
+/// Packet counters of the NFQUEUE rules (`iptables -L FORWARD -v -x -n`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RuleCounter {
+    pub in_dev: String,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+pub fn parse_iptables_counters(text: &str) -> Vec<RuleCounter> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // pkts bytes target prot opt in out source destination ...
+            (f.len() >= 6 && f[2] == "NFQUEUE").then(|| RuleCounter {
+                in_dev: f[5].to_string(),
+                packets: f[0].parse().unwrap_or(0),
+                bytes: f[1].parse().unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub prefix: String,
+    pub up: bool,
+    pub healthy: bool,
+    pub owner_pid: u32,
+    pub owner_alive: bool,
+    pub namespaces: NamespaceNames,
+    pub addresses: Addresses,
+    pub rtt_ms: f64,
+    pub one_way_delay_ms: f64,
+    /// null = no bottleneck.
+    pub rate_bps: Option<u64>,
+    pub queue_ms: f64,
+    pub queue_bytes: Option<u64>,
+    pub shape_at: ShapeAt,
+    pub shape_dev: String,
+    pub delay_impl: DelayImpl,
+    pub delay_pid: Option<u32>,
+    /// `tc -s -j qdisc show` of the bottleneck device.
+    pub qdisc: Value,
+    /// sbm-delay's statistics file.
+    pub delay_line: Value,
+    pub nfnetlink_queue: Vec<KernelQueue>,
+    pub nfqueue_rules: Vec<RuleCounter>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NamespaceNames {
+    pub snd: String,
+    pub wan: String,
+    pub rcv: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Addresses {
+    pub snd: &'static str,
+    pub rcv: &'static str,
+    pub wan_snd_side: &'static str,
+    pub wan_rcv_side: &'static str,
+}
+
+pub fn collect(state: &State) -> Status {
+    let n = Names::new(&state.prefix);
+    let (ns, dev) = wan::shape_device(&state.prefix, state.shape_at);
+    let qdisc = Cmd::new("tc", &["-s", "-j", "qdisc", "show", "dev", dev])
+        .in_ns(&ns)
+        .run()
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null);
+    let delay_line = std::fs::read_to_string(wan::delay_stats_path(&state.prefix))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null);
+    let (kernel, rules) = if state.delay_impl == DelayImpl::Nfqueue {
+        (
+            Cmd::new("cat", &["/proc/net/netfilter/nfnetlink_queue"])
+                .in_ns(&n.wan)
+                .run()
+                .map(|t| parse_nfnetlink_queue(&t))
+                .unwrap_or_default(),
+            Cmd::new("iptables", &["-L", "FORWARD", "-v", "-x", "-n"])
+                .in_ns(&n.wan)
+                .run()
+                .map(|t| parse_iptables_counters(&t))
+                .unwrap_or_default(),
+        )
+    } else {
+        (vec![], vec![])
+    };
+    let queue = std::time::Duration::from_micros(state.queue_us);
+    Status {
+        prefix: state.prefix.clone(),
+        up: n.all().iter().all(|x| wan::netns_exists(x)),
+        healthy: wan::healthy(state),
+        owner_pid: state.owner_pid,
+        owner_alive: wan::process_comm(state.owner_pid).is_some(),
+        namespaces: NamespaceNames {
+            snd: n.snd.clone(),
+            wan: n.wan.clone(),
+            rcv: n.rcv.clone(),
+        },
+        addresses: Addresses {
+            snd: wan::SND_ADDR,
+            rcv: wan::RCV_ADDR,
+            wan_snd_side: wan::WAN_SND_ADDR,
+            wan_rcv_side: wan::WAN_RCV_ADDR,
+        },
+        rtt_ms: state.rtt_us as f64 / 1e3,
+        one_way_delay_ms: state.rtt_us as f64 / 2e3,
+        rate_bps: state.rate_bps,
+        queue_ms: state.queue_us as f64 / 1e3,
+        queue_bytes: state
+            .rate_bps
+            .map(|r| super::plan::Bottleneck { rate_bps: r, queue }.limit_bytes()),
+        shape_at: state.shape_at,
+        shape_dev: format!("{ns}:{dev}"),
+        delay_impl: state.delay_impl,
+        delay_pid: state.delay_pid,
+        qdisc,
+        delay_line,
+        nfnetlink_queue: kernel,
+        nfqueue_rules: rules,
+    }
+}
+
+/// A few human lines.
+pub fn human(s: &Status) -> String {
+    let rate = s.rate_bps.map_or("off".into(), |r| {
+        crate::units::BitRate(r as f64).to_string()
+    });
+    let mut out = format!(
+        "test bed '{}': {} — owner {} ({})\n  {} ({}) — {} — {} ({})\n  rtt {:.1} ms ({} delay, {:.1} ms each way), bottleneck {} with {:.0} ms queue at {}",
+        s.prefix,
+        if s.healthy { "healthy" } else if s.up { "BROKEN" } else { "down" },
+        s.owner_pid,
+        if s.owner_alive { "alive" } else { "gone" },
+        s.namespaces.snd,
+        s.addresses.snd,
+        s.namespaces.wan,
+        s.namespaces.rcv,
+        s.addresses.rcv,
+        s.rtt_ms,
+        match s.delay_impl {
+            DelayImpl::Netem => "netem",
+            _ => "sbm-delay",
+        },
+        s.one_way_delay_ms,
+        rate,
+        s.queue_ms,
+        s.shape_dev
+    );
+    for q in &s.nfnetlink_queue {
+        out.push_str(&format!(
+            "\n  nfqueue {}: waiting {}, dropped {} (full) + {} (netlink)",
+            q.queue, q.queue_total, q.queue_dropped, q.user_dropped
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_queue_counters() {
+        let text = "    0  10166     1 1     0     0     0     1390  1\n    1  10166     0 1     0     3     5      612  1\n";
+        let q = parse_nfnetlink_queue(text);
+        assert_eq!(q.len(), 2);
+        assert_eq!(
+            (q[0].queue, q[0].portid, q[0].queue_total, q[0].id_sequence),
+            (0, 10166, 1, 1390)
+        );
+        assert_eq!((q[1].queue_dropped, q[1].user_dropped), (3, 5));
+    }
+
+    #[test]
+    fn iptables_counters() {
+        let text = "Chain FORWARD (policy ACCEPT 0 packets, 0 bytes)\n    pkts      bytes target     prot opt in     out     source               destination\n    1391  1520944 NFQUEUE    0    --  ws     *       0.0.0.0/0            0.0.0.0/0            NFQUEUE num 0\n     612    40000 NFQUEUE    0    --  wr     *       0.0.0.0/0            0.0.0.0/0            NFQUEUE num 1\n";
+        let r = parse_iptables_counters(text);
+        assert_eq!(
+            r,
+            [
+                RuleCounter {
+                    in_dev: "ws".into(),
+                    packets: 1391,
+                    bytes: 1_520_944
+                },
+                RuleCounter {
+                    in_dev: "wr".into(),
+                    packets: 612,
+                    bytes: 40_000
+                },
+            ]
+        );
+    }
+}
