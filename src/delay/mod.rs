@@ -39,7 +39,7 @@ pub struct DelayArgs {
     #[arg(long = "queue", value_parser = parse_direction, required = true, value_name = "Q:DELAY[:NAME]")]
     pub directions: Vec<DirectionSpec>,
 
-    /// JSON statistics, rewritten every second and at exit.
+    /// JSON statistics, rewritten every 250 ms and at exit.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
 
@@ -86,6 +86,9 @@ pub struct DelayStats {
     pub netlink_overruns: u64,
     pub unknown_queue_packets: u64,
 }
+
+/// How often the stats file is rewritten.
+const STATS_EVERY: Duration = Duration::from_millis(250);
 
 struct Counters {
     overruns: u64,
@@ -143,7 +146,7 @@ fn run(args: &DelayArgs) -> Result<(), QueueError> {
         args.directions.iter().map(|d| d.queue).collect::<Vec<_>>()
     );
     let mut releases = Vec::with_capacity(8);
-    let mut next_stats = Duration::from_secs(1);
+    let mut next_stats = STATS_EVERY;
     let result = loop {
         let timeout = line.next_due().map(|due| {
             let ns = due.saturating_sub(now_ns());
@@ -200,7 +203,7 @@ fn run(args: &DelayArgs) -> Result<(), QueueError> {
             break Ok(());
         }
         if start.elapsed() >= next_stats {
-            next_stats += Duration::from_secs(1);
+            next_stats += STATS_EVERY;
             if let Some(p) = &args.stats {
                 write_stats(p, &snapshot(&line, &counters, "running"));
             }

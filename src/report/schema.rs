@@ -189,6 +189,8 @@ pub struct SendSummary {
     pub warnings: Vec<String>,
     pub timestamping: Option<TimestampingMode>,
     pub mss: u32,
+    /// tcpi_min_rtt at the end of the run, µs.
+    pub min_rtt_us: Option<u32>,
     pub totals: Totals,
     /// Sojourn (sched − write) over exact and coalesced rows after the warm-up.
     pub sojourn: Percentiles,

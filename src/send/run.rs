@@ -745,6 +745,7 @@ impl Sender<'_> {
             warnings: self.warnings.clone(),
             timestamping,
             mss,
+            min_rtt_us: info.as_ref().and_then(|i| i.min_rtt_us),
             totals,
             sojourn: self.run.sojourn.percentiles(),
             sojourn_exact: self.run.sojourn_exact.percentiles(),

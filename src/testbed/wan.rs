@@ -434,6 +434,8 @@ fn apply_bottleneck(
                 .into_iter()
                 .map(|c| c.in_ns(&ns))
                 .collect();
+            // HTB cannot change its root in place: with one there, change class and leaf only.
+            let skip_root = usize::from(state.rate_bps.is_some());
             if netem_on_wr {
                 // One root per device: netem becomes the class's leaf, its limit the queue.
                 let pkts = (b.limit_bytes() / plan::FULL_PACKET).max(4).to_string();
@@ -447,7 +449,7 @@ fn apply_bottleneck(
                 )
                 .in_ns(&ns);
             }
-            run_all(&cmds)
+            run_all(&cmds[skip_root..])
         }
         None => {
             let _ = Cmd::new("tc", &["qdisc", "del", "dev", dev, "root"])

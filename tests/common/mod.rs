@@ -55,7 +55,13 @@ pub struct Running {
 
 impl Running {
     pub fn spawn(name: &str, args: &[&str]) -> Running {
-        let mut child = Command::new(bin(name))
+        Running::spawn_program(&bin(name).to_string_lossy(), args)
+    }
+
+    /// Any program (e.g. `ip netns exec NS sbm-send …`).
+    pub fn spawn_program(program: &str, args: &[&str]) -> Running {
+        let name = program;
+        let mut child = Command::new(program)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -179,7 +185,25 @@ impl Sink {
     pub fn start(listen: &str, extra: &[&str]) -> Sink {
         let mut args = vec!["--listen", listen];
         args.extend_from_slice(extra);
-        let mut proc = Running::spawn("sbm-sink", &args);
+        Sink::from_running(Running::spawn("sbm-sink", &args))
+    }
+
+    /// A sink inside a network namespace.
+    pub fn start_in(netns: &str, listen: &str, extra: &[&str]) -> Sink {
+        let bin = bin("sbm-sink");
+        let mut args = vec![
+            "netns",
+            "exec",
+            netns,
+            bin.to_str().unwrap(),
+            "--listen",
+            listen,
+        ];
+        args.extend_from_slice(extra);
+        Sink::from_running(Running::spawn_program("ip", &args))
+    }
+
+    fn from_running(mut proc: Running) -> Sink {
         let line = proc.wait_line("listening on", Duration::from_secs(10));
         let addr = line
             .rsplit("listening on ")

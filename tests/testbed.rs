@@ -1,0 +1,483 @@
+//! The emulated WAN path, in network namespaces (root). Every bed has a unique prefix
+//! and is torn down by a guard on success and failure; tests run one at a time.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::signal::Signal;
+
+fn testbed_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_sbm-testbed"))
+}
+
+fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the test-bed tests need root (network namespaces, tc, iptables): run `sudo cargo test --release`"
+    );
+}
+
+/// A unique prefix per bed: t<pid><tag>, at most 12 characters.
+fn prefix(tag: &str) -> String {
+    format!("t{}{tag}", std::process::id() % 100_000)
+}
+
+fn testbed(args: &[&str]) -> Finished {
+    let out = Command::new(testbed_bin())
+        .args(args)
+        .output()
+        .expect("run sbm-testbed");
+    Finished {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// An emulated path, removed on drop.
+struct Bed {
+    prefix: String,
+}
+
+impl Bed {
+    fn up(tag: &str, args: &[&str]) -> Bed {
+        require_root();
+        let prefix = prefix(tag);
+        let pid = std::process::id().to_string();
+        let mut all = vec!["wan", "up", "--prefix", &prefix, "--owner", &pid];
+        all.extend_from_slice(args);
+        let bed = Bed {
+            prefix: prefix.clone(),
+        };
+        let res = testbed(&all);
+        assert_eq!(
+            res.code(),
+            Some(0),
+            "up failed: {}{}",
+            res.stdout,
+            res.stderr
+        );
+        bed
+    }
+
+    fn ns(&self, which: &str) -> String {
+        format!("{}-{which}", self.prefix)
+    }
+
+    fn set(&self, args: &[&str]) {
+        let mut all = vec!["wan", "set", "--prefix", &self.prefix];
+        all.extend_from_slice(args);
+        let res = testbed(&all);
+        assert_eq!(res.code(), Some(0), "set failed: {}", res.stderr);
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let res = testbed(&["wan", "status", "--json", "--prefix", &self.prefix]);
+        assert_eq!(res.code(), Some(0), "{}", res.stderr);
+        serde_json::from_str(&res.stdout).unwrap()
+    }
+
+    /// Runs sbm-send in snd against a sink in rcv; returns the summary.
+    fn transfer(&self, args: &[&str]) -> serde_json::Value {
+        let sink = Sink::start_in(&self.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+        let out = tempdir(&format!("{}-send", self.prefix));
+        let send = bin("sbm-send");
+        let snd = self.ns("snd");
+        let mut all = vec![
+            "netns",
+            "exec",
+            &snd,
+            send.to_str().unwrap(),
+            "--connect",
+            &sink.addr,
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+            "--drain-timeout",
+            "0s",
+        ];
+        all.extend_from_slice(args);
+        let res = Running::spawn_program("ip", &all).wait(Duration::from_secs(120));
+        assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+        sink.stop();
+        read_json(&out.join("summary.json"))
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        testbed(&["wan", "down", "--prefix", &self.prefix]);
+    }
+}
+
+/// Nothing with this prefix: no namespace, no state, no delay line.
+fn assert_nothing_left(prefix: &str) {
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&netns.stdout);
+    assert!(
+        !list.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
+        "namespaces left: {list}"
+    );
+    assert!(
+        !Path::new("/run/sbm-testbed").join(prefix).exists(),
+        "state dir left"
+    );
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        assert!(
+            !(cmdline.contains("sbm-delay") && cmdline.contains(&format!("/{prefix}/"))),
+            "delay line left: {cmdline}"
+        );
+    }
+}
+
+fn min_rtt_ms(bed: &Bed) -> f64 {
+    // A few small NODELAY writes on an idle path.
+    let s = bed.transfer(&["--writes", "20", "-l", "100B", "--nodelay"]);
+    assert_eq!(s["totals"]["writes"], 20);
+    s["min_rtt_us"]
+        .as_f64()
+        .map_or_else(|| panic!("no min_rtt_us in summary: {s}"), |v| v / 1000.0)
+}
+
+#[test]
+fn idle_path_rtt_matches_the_request_and_both_directions_are_delayed() {
+    let _g = serial();
+    for (tag, rtt, want) in [("a", "172ms", 172.0), ("b", "40ms", 40.0)] {
+        let bed = Bed::up(tag, &["--rtt", rtt, "--rate", "off"]);
+        let got = min_rtt_ms(&bed);
+        assert!(
+            (got - want).abs() <= want * 0.02,
+            "min_rtt {got} ms for --rtt {rtt}"
+        );
+        // The stats file is rewritten every 250 ms: wait for it to show the transfer.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let st = bed.status();
+            let dirs = st["delay_line"]["directions"].as_array().unwrap().clone();
+            assert_eq!(dirs.len(), 2);
+            if dirs.iter().all(|d| d["received"].as_u64().unwrap() > 0) {
+                for d in &dirs {
+                    assert_eq!(d["delay_us"].as_u64().unwrap() as f64, want * 500.0);
+                }
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "a direction was never delayed: {dirs:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Goodput after 5 s of warm-up as a share of the payload rate the HTB allows.
+fn share_of_bottleneck(summary: &serde_json::Value, rate_bps: f64) -> f64 {
+    let mss = summary["mss"].as_f64().unwrap();
+    let payload = rate_bps * mss / (mss + 66.0);
+    summary["totals"]["goodput_bps"].as_f64().unwrap() / payload
+}
+
+#[test]
+fn shaped_path_reaches_the_bottleneck_rate_and_set_changes_it() {
+    let _g = serial();
+    let bed = Bed::up("c", &["--rate", "2mbit"]);
+    let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
+    let share = share_of_bottleneck(&s, 2e6);
+    assert!(
+        (0.90..=1.02).contains(&share),
+        "2 Mb/s: {share:.3} of the payload rate"
+    );
+
+    bed.set(&["--rate", "100kbit"]);
+    let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
+    let share = share_of_bottleneck(&s, 1e5);
+    assert!(
+        (0.90..=1.02).contains(&share),
+        "100 kb/s after set: {share:.3} of the payload rate"
+    );
+    let st = bed.status();
+    assert_eq!(st["rate_bps"], 100_000);
+    assert_eq!(st["queue_bytes"], 4 * 1514);
+}
+
+#[test]
+fn ingress_shaping_through_ifb_reaches_the_bottleneck_rate() {
+    let _g = serial();
+    let bed = Bed::up("d", &["--rate", "2mbit", "--shape-at", "ingress"]);
+    let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
+    let share = share_of_bottleneck(&s, 2e6);
+    assert!(
+        (0.90..=1.02).contains(&share),
+        "2 Mb/s at rcv ingress: {share:.3} of the payload rate"
+    );
+    let st = bed.status();
+    assert!(st["shape_dev"].as_str().unwrap().ends_with(":ifb0"));
+    let htb = st["qdisc"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["kind"] == "htb")
+        .expect("htb on ifb0");
+    assert!(htb["packets"].as_u64().unwrap() > 1000, "{htb}");
+}
+
+#[test]
+fn fast_path_delay_line_is_lossless_and_punctual() {
+    let _g = serial();
+    let bed = Bed::up("e", &["--rate", "86mbit"]);
+    let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
+    let share = share_of_bottleneck(&s, 86e6);
+    assert!(share >= 0.85, "86 Mb/s: {share:.3} of the payload rate");
+    let st = bed.status();
+    for q in st["nfnetlink_queue"].as_array().unwrap() {
+        assert_eq!(q["queue_dropped"], 0, "{q}");
+        assert_eq!(q["user_dropped"], 0, "{q}");
+    }
+    // Final statistics: SIGTERM, then the stats file says exited.
+    let pid = st["delay_pid"].as_u64().unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM).unwrap();
+    let stats = wait_delay_exit(&bed);
+    let fwd = &stats["directions"][0];
+    assert!(fwd["received"].as_u64().unwrap() > 50_000, "{fwd}");
+    let p99 = fwd["late_p99_us"].as_u64().unwrap();
+    assert!(p99 < 1000, "p99 late release {p99} us at 86 Mb/s");
+}
+
+fn wait_delay_exit(bed: &Bed) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = bed.status();
+        if st["delay_line"]["state"] == "exited" {
+            return st["delay_line"].clone();
+        }
+        assert!(Instant::now() < deadline, "sbm-delay did not exit: {st}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn delay_line_stopped_mid_transfer_releases_everything_it_held() {
+    let _g = serial();
+    let bed = Bed::up("f", &["--rate", "2mbit"]);
+    let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+    let send = bin("sbm-send");
+    let sender = Running::spawn_program(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &bed.ns("snd"),
+            send.to_str().unwrap(),
+            "--connect",
+            &sink.addr,
+            "-t",
+            "30s",
+            "-i",
+            "500ms",
+        ],
+    );
+    let mut sender = sender;
+    sender.wait_line("1.00-1.50 s", Duration::from_secs(20));
+    // Stop new packets reaching the NFQUEUE rules, so the rule counters freeze while the
+    // delay line still holds packets, then stop it.
+    let wan = bed.ns("wan");
+    let ipt = |args: &[&str]| {
+        let mut a = vec!["netns", "exec", &wan, "iptables"];
+        a.extend_from_slice(args);
+        let out = Command::new("ip").args(&a).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ipt(&["-I", "FORWARD", "1", "-j", "DROP"]);
+    let st = bed.status();
+    let pid = st["delay_pid"].as_u64().unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM).unwrap();
+    let stats = wait_delay_exit(&bed);
+    let counters =
+        sbm::testbed::status::parse_iptables_counters(&ipt(&["-L", "FORWARD", "-v", "-x", "-n"]));
+    let dirs = stats["directions"].as_array().unwrap();
+    for (d, dev) in dirs.iter().zip(["ws", "wr"]) {
+        assert_eq!(d["received"], d["released"], "{d}");
+        assert_eq!(d["held"], 0);
+        let rule = counters.iter().find(|c| c.in_dev == dev).unwrap();
+        assert_eq!(
+            rule.packets,
+            d["received"].as_u64().unwrap(),
+            "iptables and sbm-delay agree for {dev}"
+        );
+    }
+    assert!(dirs[0]["peak_held"].as_u64().unwrap() > 0);
+    sender.signal(Signal::SIGINT);
+    let _ = sender.wait(Duration::from_secs(30));
+    sink.stop();
+}
+
+#[test]
+fn a_live_owner_keeps_its_bed_a_dead_one_loses_it_and_down_leaves_nothing() {
+    let _g = serial();
+    require_root();
+    let p = prefix("g");
+    // Owned by this (live) test process: a second up is refused, naming the owner.
+    let me = std::process::id().to_string();
+    let first = testbed(&[
+        "wan", "up", "--prefix", &p, "--owner", &me, "--rtt", "20ms", "--rate", "off",
+    ]);
+    assert_eq!(first.code(), Some(0), "{}", first.stderr);
+    let second = testbed(&["wan", "up", "--prefix", &p, "--owner", &me, "--rtt", "20ms"]);
+    assert_eq!(second.code(), Some(1));
+    assert!(
+        second
+            .stderr
+            .contains(&format!("in use by live process {me}")),
+        "{}",
+        second.stderr
+    );
+
+    // Owned by a process that then dies (a test killed half-way): reclaimed.
+    let mut owner = Command::new("sleep").arg("600").spawn().unwrap();
+    let owner_pid = owner.id().to_string();
+    testbed(&["wan", "down", "--prefix", &p]);
+    let res = testbed(&[
+        "wan", "up", "--prefix", &p, "--owner", &owner_pid, "--rtt", "20ms", "--rate", "off",
+    ]);
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let res = testbed(&[
+        "wan", "up", "--prefix", &p, "--owner", &me, "--rtt", "20ms", "--rate", "off",
+    ]);
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    assert!(res.stderr.contains("reclaiming"), "{}", res.stderr);
+    testbed(&["wan", "down", "--prefix", &p]);
+    assert_nothing_left(&p);
+
+    // Leftover namespaces without a state file (killed during up) are removed too.
+    Command::new("ip")
+        .args(["netns", "add", &format!("{p}-wan")])
+        .status()
+        .unwrap();
+    let res = testbed(&[
+        "wan", "up", "--prefix", &p, "--owner", &me, "--rtt", "20ms", "--rate", "off",
+    ]);
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    let down = testbed(&["wan", "down", "--prefix", &p]);
+    assert_eq!(down.code(), Some(0));
+    assert_nothing_left(&p);
+    // down on nothing still succeeds.
+    assert_eq!(testbed(&["wan", "down", "--prefix", &p]).code(), Some(0));
+}
+
+#[test]
+fn user_errors_are_one_clear_line() {
+    let res = testbed(&["wan", "up", "--rate", "2mbyte"]);
+    assert_eq!(res.code(), Some(2));
+    let res = testbed(&["wan", "up", "--prefix", "Bad/Prefix"]);
+    assert_eq!(res.code(), Some(1));
+    assert!(res.stderr.contains("invalid prefix"), "{}", res.stderr);
+    let res = testbed(&["wan", "set", "--rate", "1mbit", "--prefix", &prefix("z")]);
+    assert_eq!(res.code(), Some(1));
+    assert!(res.stderr.contains("no test bed"), "{}", res.stderr);
+}
+
+#[test]
+fn shape_apply_installs_what_dry_run_prints_and_clear_removes_it() {
+    let _g = serial();
+    require_root();
+    let ns = format!("{}-shp", prefix("h"));
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _guard = Ns(ns.clone());
+    let ip = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ip(&["netns", "add", &ns]);
+    ip(&[
+        "-n", &ns, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+    ]);
+    ip(&["-n", &ns, "link", "set", "v0", "up"]);
+    ip(&["-n", &ns, "link", "set", "v1", "up"]);
+    let wrapper = concat!(env!("CARGO_MANIFEST_DIR"), "/testbed/shape");
+    let bin_dir = testbed_bin().parent().unwrap().to_path_buf();
+    let shape = |args: &[&str]| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, wrapper])
+            .args(args)
+            .env("SBM_BIN", &bin_dir)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let tc = |args: &[&str]| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, "tc"])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for ingress in [false, true] {
+        let mut args = vec!["apply", "v0", "--rate", "2mbit", "--queue", "200ms"];
+        if ingress {
+            args.push("--ingress");
+        }
+        let mut dry = args.clone();
+        dry.push("--dry-run");
+        let (code, printed) = shape(&dry);
+        assert_eq!(code, Some(0));
+        assert!(
+            tc(&["qdisc", "show", "dev", "v0"])
+                .lines()
+                .all(|l| !l.contains("htb")),
+            "dry run changed nothing"
+        );
+        let (code, _) = shape(&args);
+        assert_eq!(code, Some(0));
+        let dev = if ingress { "ifb-v0" } else { "v0" };
+        assert!(printed.contains(&format!(
+            "tc qdisc replace dev {dev} parent 1:1 handle 10: bfifo limit 50000b"
+        )));
+        let classes = tc(&["class", "show", "dev", dev]);
+        assert!(classes.contains("rate 2Mbit"), "{classes}");
+        let qdiscs = tc(&["qdisc", "show", "dev", dev]);
+        assert!(
+            qdiscs.contains("bfifo 10:") && qdiscs.contains("limit 50000b"),
+            "{qdiscs}"
+        );
+        if ingress {
+            assert!(tc(&["qdisc", "show", "dev", "v0"]).contains("ingress ffff:"));
+            assert!(tc(&["filter", "show", "dev", "v0", "parent", "ffff:"]).contains("ifb-v0"));
+        }
+        let mut clear = vec!["clear", "v0"];
+        if ingress {
+            clear.push("--ingress");
+        }
+        assert_eq!(shape(&clear).0, Some(0));
+        let after = tc(&["qdisc", "show", "dev", "v0"]);
+        assert!(
+            !after.contains("htb") && !after.contains("ingress"),
+            "{after}"
+        );
+    }
+}
