@@ -7,6 +7,7 @@
 //!   attributes them to writes.
 //! - [`stats`]: latency histograms.
 //! - [`sockopt`]: typed socket options, applied and read back.
+//! - [`policy`]: write-readiness rules (the emulated TCP_REPLENISH_TIME) as pure decisions.
 //! - [`report`]: output schemas and writers (CSV, JSON, human text).
 //! - [`send`], [`sink`]: the two instruments' event loops and CLIs.
 //! - [`sys`]: the only unsafe code: raw syscalls.
@@ -16,6 +17,7 @@
 
 pub mod addr;
 pub mod delay;
+pub mod policy;
 pub mod report;
 pub mod send;
 pub mod signals;

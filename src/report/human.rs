@@ -137,6 +137,37 @@ pub fn send_summary_text(s: &SendSummary) -> String {
     out
 }
 
+/// The readiness rule in one line.
+pub fn policy_line(p: &crate::send::gate::PolicyReport) -> String {
+    match p.kind {
+        "replenish" => format!(
+            "policy: TCP_REPLENISH_TIME {} us, {} impl{}{}",
+            p.replenish_time_us.unwrap_or(0),
+            p.implementation.map_or("?", |i| match i {
+                crate::send::gate::ReplenishImpl::Kernel => "kernel",
+                crate::send::gate::ReplenishImpl::Emulated => "emulated (NOTSENT_LOWAT wakeups)",
+                crate::send::gate::ReplenishImpl::EmulatedTimer => "emulated (timer wakeups)",
+                crate::send::gate::ReplenishImpl::Auto => "auto",
+            }),
+            p.optname
+                .map_or(String::new(), |n| format!(" (option {n})")),
+            match (p.sub_mss_clause, p.rate_estimator) {
+                (Some(c), Some(e)) => format!(
+                    ", sub-MSS clause {}, rate estimator {}",
+                    if c { "on" } else { "off" },
+                    serde_json::to_value(e)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                ),
+                _ => String::new(),
+            }
+        ),
+        "notsent-lowat" => "policy: TCP_NOTSENT_LOWAT (kernel readiness)".into(),
+        _ => "policy: default (kernel readiness, no threshold)".into(),
+    }
+}
+
 pub fn sink_interval_line(r: &SinkIntervalRow) -> String {
     format!(
         "[{:>3}] {:<13} {:>11} {:>13}{}",

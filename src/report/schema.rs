@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::send::gate::PolicyReport;
 use crate::sockopt::{OptionReport, TimestampingMode};
 use crate::stats::Percentiles;
 use crate::tstamp::TimedWrite;
@@ -27,10 +28,15 @@ pub struct WriteRow {
     pub snd_state: &'static str,
     pub ack_state: &'static str,
     pub warmup: bool,
+    /// Why the write was invited.
+    pub invite_reason: &'static str,
+    pub threshold_bytes: Option<u64>,
+    /// Previous write's sched_ns − this write_ns, µs.
+    pub advance_us: Option<i64>,
 }
 
 impl WriteRow {
-    pub fn new(w: &TimedWrite, warmup: bool) -> WriteRow {
+    pub fn new(w: &TimedWrite, warmup: bool, advance_us: Option<i64>) -> WriteRow {
         WriteRow {
             seq: w.write.seq,
             write_ns: w.write.write_ns,
@@ -47,6 +53,9 @@ impl WriteRow {
             snd_state: w.snd.state.name(),
             ack_state: w.ack.state.name(),
             warmup,
+            invite_reason: w.write.reason,
+            threshold_bytes: w.write.threshold,
+            advance_us,
         }
     }
 }
@@ -80,6 +89,13 @@ pub struct IntervalRow {
     pub busy_us: Option<u64>,
     pub rwnd_limited_us: Option<u64>,
     pub sndbuf_limited_us: Option<u64>,
+    /// The readiness threshold at the interval's end: lowat, or replenish rate × T.
+    pub threshold_bytes: Option<u64>,
+    /// The emulation's drain-rate estimate, bit/s, and where it came from.
+    pub drain_rate_bps: Option<f64>,
+    pub rate_source: &'static str,
+    /// TCP_NOTSENT_LOWAT as set on the socket at the interval's end.
+    pub lowat_bytes: Option<u32>,
 }
 
 /// sink-intervals.csv: one row per connection per interval, and one total row per
@@ -188,6 +204,8 @@ pub struct SendSummary {
     pub options: Vec<OptionReport>,
     pub warnings: Vec<String>,
     pub timestamping: Option<TimestampingMode>,
+    /// What decided write readiness.
+    pub policy: PolicyReport,
     pub mss: u32,
     /// tcpi_min_rtt at the end of the run, µs.
     pub min_rtt_us: Option<u32>,
@@ -199,5 +217,10 @@ pub struct SendSummary {
     pub attribution: AttributionCounts,
     pub attribution_after_warmup: AttributionCounts,
     pub reports: ReportCounts,
+    /// How long before the previous write's last byte left the socket each write was
+    /// invited (after the warm-up, invitations that came in time).
+    pub advance_notice: Percentiles,
+    /// Invitations that came only after the previous backlog had run dry.
+    pub invited_after_dry: u64,
     pub drain: DrainReport,
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use super::config::{EpollMode, Limits, SendConfig};
+use super::gate::{self, ReplenishConfig, ReplenishImpl};
+use crate::policy::RateEstimator;
 use crate::sockopt::SenderOptions;
 use crate::units;
 
@@ -15,10 +17,18 @@ Examples:
   sbm-send --connect 127.0.0.1:5301 -t 10s
   sbm-send --connect 198.18.0.2 -t 40s --warmup 10s --notsent-lowat 165KB --out results/lowat
   sbm-send --connect 198.18.0.2 --writes 5000 -l 4KiB --nodelay --cc cubic --out /tmp/run
+  sbm-send --connect 198.18.2.1 -t 40s --replenish-time 15ms            # emulated unless patched
+  sbm-send --connect 198.18.2.1 -l 4KiB --replenish-time 15ms --sub-mss-clause off   # report §6
 
 Units: KB/MB/GB are powers of 10, KiB/MiB/GiB powers of 2; durations need a unit (15ms, 40s).
 Exit status: 0 run complete, 1 run failed or ended early by the peer, 2 bad usage,
 128+N ended by signal N (files and summary are written in every case).";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EpollArg {
@@ -89,6 +99,30 @@ pub struct SendArgs {
     #[arg(long, value_parser = parse_u32_bytes, value_name = "BYTES")]
     pub sndbuf: Option<u32>,
 
+    /// TCP_REPLENISH_TIME: writable while the unsent backlog would drain within DUR
+    /// (microsecond resolution; 0 = off).
+    #[arg(long, value_parser = parse_replenish_time, value_name = "DUR")]
+    pub replenish_time: Option<Duration>,
+
+    /// Who implements --replenish-time: auto = the kernel when it announces the option,
+    /// else the userspace emulation.
+    #[arg(long, value_enum, default_value_t = ReplenishImpl::Auto)]
+    pub replenish_impl: ReplenishImpl,
+
+    /// The patched kernel's option number for TCP_REPLENISH_TIME (also
+    /// SBM_REPLENISH_OPTNAME); numbers ≤ 46 are mainline options and refused.
+    #[arg(long, value_name = "N")]
+    pub replenish_optname: Option<u32>,
+
+    /// Emulation: treat a sub-MSS backlog as writable while Nagle is on (the report's §6
+    /// fix; never applies with --nodelay).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub sub_mss_clause: OnOff,
+
+    /// Emulation: how app-limited delivery-rate samples are used.
+    #[arg(long, value_enum, default_value_t = RateEstimator::Delivery)]
+    pub rate_estimator: RateEstimator,
+
     /// Congestion control (TCP_CONGESTION), e.g. cubic, bbr, reno.
     #[arg(long, value_name = "NAME")]
     pub cc: Option<String>,
@@ -114,6 +148,23 @@ pub struct SendArgs {
     /// Print no interval lines (the summary is still printed).
     #[arg(short = 'q', long)]
     pub quiet: bool,
+}
+
+/// A replenish time: whole microseconds, at most u32::MAX µs, 0 allowed (off).
+fn parse_replenish_time(s: &str) -> Result<Duration, String> {
+    let d = units::parse_duration_or_zero(s).map_err(|e| e.to_string())?;
+    if d.subsec_nanos() % 1_000 != 0 {
+        return Err(format!(
+            "invalid replenish time '{s}': TCP_REPLENISH_TIME has microsecond resolution"
+        ));
+    }
+    if d.as_micros() > u128::from(i32::MAX as u32) {
+        return Err(format!(
+            "invalid replenish time '{s}': at most {} s",
+            i32::MAX / 1_000_000
+        ));
+    }
+    Ok(d)
 }
 
 fn parse_count(s: &str) -> Result<u64, String> {
@@ -164,7 +215,18 @@ impl SendArgs {
                 ));
             }
         }
+        let replenish = match self.replenish_time {
+            Some(time) => Some(ReplenishConfig {
+                time,
+                implementation: self.replenish_impl,
+                optname: self.replenish_optname.or(gate::optname_from_env()?),
+                sub_mss_clause: self.sub_mss_clause == OnOff::On,
+                estimator: self.rate_estimator,
+            }),
+            None => None,
+        };
         Ok(SendConfig {
+            replenish,
             peer,
             write_size: self.write_size,
             limits: Limits {
@@ -238,8 +300,44 @@ mod tests {
             vec!["-c", "127.0.0.1:9", "-t", "5s", "--warmup", "5s"],
             vec!["-c", "127.0.0.1:99999"],
             vec!["-c", "127.0.0.1:9", "--epoll", "sideways"],
+            vec!["-c", "127.0.0.1:9", "--replenish-time", "-15ms"],
+            vec!["-c", "127.0.0.1:9", "--replenish-time", "15"],
+            vec!["-c", "127.0.0.1:9", "--replenish-time", "1500ns"],
+            vec!["-c", "127.0.0.1:9", "--replenish-time", "2h"],
+            vec!["-c", "127.0.0.1:9", "--replenish-impl", "magic"],
         ] {
             assert!(parse(&args).is_err(), "{args:?} should be rejected");
         }
+    }
+}
+
+#[cfg(test)]
+mod replenish_tests {
+    use super::*;
+
+    #[test]
+    fn replenish_flags() {
+        let a = SendArgs::try_parse_from([
+            "s",
+            "-c",
+            "127.0.0.1:9",
+            "--replenish-time",
+            "15ms",
+            "--sub-mss-clause",
+            "off",
+        ])
+        .unwrap()
+        .into_config()
+        .unwrap();
+        let r = a.replenish.unwrap();
+        assert_eq!(r.time, Duration::from_millis(15));
+        assert_eq!(r.implementation, ReplenishImpl::Auto);
+        assert!(!r.sub_mss_clause);
+        assert_eq!(r.estimator, RateEstimator::Delivery);
+        let a = SendArgs::try_parse_from(["s", "-c", "127.0.0.1:9", "--replenish-time", "0s"])
+            .unwrap()
+            .into_config()
+            .unwrap();
+        assert_eq!(a.replenish.unwrap().time, Duration::ZERO);
     }
 }

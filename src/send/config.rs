@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::gate::ReplenishConfig;
 use crate::sockopt::SenderOptions;
 
 /// The first limit reached ends the writing phase.
@@ -40,6 +41,8 @@ pub struct SendConfig {
     pub label: Option<String>,
     pub epoll: EpollMode,
     pub options: SenderOptions,
+    /// `--replenish-time` (None, or zero: no TCP_REPLENISH_TIME).
+    pub replenish: Option<ReplenishConfig>,
     pub timestamps: bool,
     /// None = computed from the backlog at the end of writing.
     pub drain_timeout: Option<Duration>,

@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod gate;
 mod output;
 mod run;
 

@@ -15,7 +15,9 @@ use nix::sys::signal::Signal;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::config::{EpollMode, SendConfig};
+use super::gate::{self, Gate, PolicyReport};
 use super::output::Outputs;
+use crate::policy::{Decision, Observation};
 use crate::report::human;
 use crate::report::schema::{
     AttributionCounts, DrainReport, IntervalRow, ReportCounts, RunConfig, SendSummary, Totals,
@@ -27,7 +29,10 @@ use crate::stats::LatencyHist;
 use crate::sys::{self, ErrqueueRecv, SysError};
 use crate::tcpinfo::TcpInfo;
 use crate::tstamp::ledger::{ProvisionalSojourn, RunEnd};
-use crate::tstamp::{parse_errqueue_control, ErrqueueMessage, StampState, TimedWrite, WriteLedger};
+use crate::tstamp::{
+    parse_errqueue_control, ErrqueueMessage, IssuedWrite, StampState, TimedWrite, WriteLedger,
+    WriteRecord,
+};
 use crate::{sysinfo, units};
 
 const SOCK_TOKEN: u64 = 1;
@@ -46,6 +51,8 @@ pub enum SetupError {
     Sys(#[from] SysError),
     #[error(transparent)]
     Output(#[from] super::output::OutputError),
+    #[error(transparent)]
+    Gate(#[from] gate::GateError),
     #[error("{what}: {source}")]
     Os {
         what: &'static str,
@@ -113,6 +120,10 @@ struct RunAcc {
     attribution: AttributionCounts,
     attribution_after_warmup: AttributionCounts,
     reports: ReportCounts,
+    /// Advance notice of invitations after the warm-up (µs, ≥ 0).
+    advance: LatencyHist,
+    /// Invitations that came after the previous backlog had run dry.
+    invited_after_dry: u64,
 }
 
 /// Connects with a timeout and returns the socket, already configured.
@@ -174,6 +185,26 @@ struct Sender<'a> {
     first_write: Option<Duration>,
     end: Option<EndReason>,
     warnings: Vec<String>,
+    /// Who decides when to write.
+    gate: Gate,
+    /// TCP_NOTSENT_LOWAT as the emulation last set it.
+    lowat_now: Option<u32>,
+    /// Whether EPOLLOUT is in the socket's interest set.
+    out_interest: bool,
+    /// Emulation: waiting for the kernel (EPOLLOUT) before deciding again.
+    awaiting_kernel: bool,
+    /// Emulation with a timer: when to decide again.
+    next_check: Option<Instant>,
+    last_decision: Option<Decision>,
+    /// SCHED time of the previous final row, for the advance notice of the next one.
+    prev_sched_ns: Option<u64>,
+}
+
+/// What one invitation's write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteOutcome {
+    Accepted,
+    WouldBlock,
 }
 
 impl<'a> Sender<'a> {
@@ -207,7 +238,11 @@ impl<'a> Sender<'a> {
 
     /// One write invitation: exactly one write of write-size bytes (less if a byte limit
     /// leaves less to write).
-    fn write_once(&mut self) -> Result<(), EndReason> {
+    fn write_once(
+        &mut self,
+        threshold: Option<u64>,
+        reason: &'static str,
+    ) -> Result<WriteOutcome, EndReason> {
         let mut size = self.cfg.write_size as usize;
         if let Some(limit) = self.cfg.limits.bytes {
             size = size.min((limit - self.run.bytes_written) as usize);
@@ -222,7 +257,7 @@ impl<'a> Sender<'a> {
             .sock
             .send_with_flags(&self.buf[..size], libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
         {
-            Ok(0) => Ok(()),
+            Ok(0) => Ok(WriteOutcome::WouldBlock),
             Ok(n) => {
                 let notsent_after =
                     sys::outq_notsent(fd).map_err(|e| EndReason::LocalError(e.to_string()))?;
@@ -237,60 +272,149 @@ impl<'a> Sender<'a> {
                     self.run.short_writes += 1;
                     self.interval.short_writes += 1;
                 }
-                self.run_seq_write(
+                let issued = IssuedWrite {
+                    seq: self.run.writes,
                     write_ns,
-                    size as u32,
-                    n as u32,
+                    asked: size as u32,
+                    accepted: n as u32,
                     notsent_before,
                     notsent_after,
-                )
+                    threshold,
+                    reason,
+                };
+                self.record(issued)?;
+                Ok(WriteOutcome::Accepted)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 self.run.would_block += 1;
                 self.interval.would_block += 1;
-                Ok(())
+                Ok(WriteOutcome::WouldBlock)
             }
             Err(e) => Err(EndReason::PeerFailed(format!("write failed: {e}"))),
         }
     }
 
-    fn run_seq_write(
-        &mut self,
-        write_ns: u64,
-        asked: u32,
-        accepted: u32,
-        notsent_before: u32,
-        notsent_after: u32,
-    ) -> Result<(), EndReason> {
-        let seq = self.run.writes;
+    fn record(&mut self, issued: IssuedWrite) -> Result<(), EndReason> {
         if self.cfg.timestamps {
-            self.ledger.record_write(
-                seq,
-                write_ns,
-                asked,
-                accepted,
-                notsent_before,
-                notsent_after,
-            );
+            self.ledger.record_write(issued);
             Ok(())
         } else {
-            let written = self.run.bytes_written;
-            let w = crate::tstamp::WriteRecord {
-                seq,
-                write_ns,
-                asked,
-                accepted,
-                end_offset: written,
-                notsent_before,
-                notsent_after,
-            };
+            let w = WriteRecord::place(issued, self.run.bytes_written);
             self.finish_row(&TimedWrite::untimed(w))
+        }
+    }
+
+    /// Sets TCP_NOTSENT_LOWAT for the emulation (0 = off: sendmsg is never gated).
+    fn set_lowat(&mut self, lowat: u32) -> Result<(), EndReason> {
+        if self.lowat_now != Some(lowat) {
+            sys::set_int(
+                self.sock.as_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+                lowat.min(i32::MAX as u32) as i32,
+            )
+            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+            self.lowat_now = Some(lowat);
+        }
+        Ok(())
+    }
+
+    fn set_out_interest(&mut self, want: bool) -> Result<(), EndReason> {
+        if self.out_interest != want {
+            let mut flags = if want {
+                EpollFlags::EPOLLOUT
+            } else {
+                EpollFlags::empty()
+            };
+            if want && self.cfg.epoll == EpollMode::Edge {
+                flags |= EpollFlags::EPOLLET;
+            }
+            let mut ev = EpollEvent::new(flags, SOCK_TOKEN);
+            self.epoll
+                .modify(self.sock.as_fd(), &mut ev)
+                .map_err(|e| EndReason::LocalError(format!("epoll_ctl(MOD): {e}")))?;
+            self.out_interest = want;
+        }
+        Ok(())
+    }
+
+    /// Whether the emulation should decide now (not waiting for the kernel or a timer).
+    fn emulation_due(&self) -> bool {
+        matches!(self.gate, Gate::Emulated { .. })
+            && self.phase == Phase::Writing
+            && !self.awaiting_kernel
+            && self.next_check.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// One decision of the emulated TCP_REPLENISH_TIME: write once if writable, else arrange
+    /// to be woken when it may be. Returns true when it wrote (decide again soon).
+    fn emulation_step(&mut self) -> Result<bool, EndReason> {
+        let info = self
+            .tcp_info()
+            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+        let obs = Observation::from_tcp_info(&info);
+        let Gate::Emulated { policy, timer } = &mut self.gate else {
+            return Ok(false);
+        };
+        let timer = *timer;
+        let d = policy.decide(&obs);
+        let wake_lowat = policy.wake_lowat(&d, obs.mss);
+        self.last_decision = Some(d);
+        self.next_check = None;
+        if d.writable {
+            if !timer {
+                // Notification only: lowat must never shorten a write the rule invited.
+                self.set_lowat(0)?;
+            }
+            match self.write_once(d.threshold, d.reason.name())? {
+                WriteOutcome::Accepted => {
+                    self.set_out_interest(false)?;
+                    Ok(true)
+                }
+                WriteOutcome::WouldBlock => {
+                    // The send buffer is full: the kernel says when there is room.
+                    self.set_out_interest(true)?;
+                    self.awaiting_kernel = true;
+                    Ok(false)
+                }
+            }
+        } else if timer {
+            // Re-check when the backlog is predicted to reach half the threshold.
+            let (t, rate) = (d.threshold.unwrap_or(0), d.rate.unwrap_or(0.0));
+            let excess = f64::from(obs.notsent) - (t / 2) as f64;
+            let wait = if rate > 0.0 {
+                excess.max(0.0) / rate
+            } else {
+                0.001
+            };
+            self.next_check = Some(Instant::now() + Duration::from_secs_f64(wait.clamp(1e-4, 1.0)));
+            self.set_out_interest(false)?;
+            Ok(false)
+        } else {
+            // Linux wakes at lowat/2: the kernel brings the next invitation.
+            self.set_lowat(wake_lowat)?;
+            self.set_out_interest(true)?;
+            self.awaiting_kernel = true;
+            Ok(false)
         }
     }
 
     /// A write whose attribution is final: to writes.csv and the run statistics.
     fn finish_row(&mut self, w: &TimedWrite) -> Result<(), EndReason> {
         let warmup = w.write.write_ns < self.warmup_end_ns;
+        // Advance notice: how long before the previous write's last byte left the socket
+        // this write was invited (negative: the backlog had already run dry).
+        let advance_us = self
+            .prev_sched_ns
+            .map(|prev| (prev as i64 - w.write.write_ns as i64) / 1_000);
+        self.prev_sched_ns = w.sched.time_ns;
+        if !warmup {
+            match advance_us {
+                Some(a) if a >= 0 => self.run.advance.record(a as u64),
+                Some(_) => self.run.invited_after_dry += 1,
+                None => {}
+            }
+        }
         let state = w.sched.state.name();
         self.run.attribution.add(state);
         if !warmup {
@@ -303,7 +427,7 @@ impl<'a> Sender<'a> {
             }
         }
         self.out
-            .write_row(&WriteRow::new(w, warmup))
+            .write_row(&WriteRow::new(w, warmup, advance_us))
             .map_err(|e| EndReason::LocalError(e.to_string()))
     }
 
@@ -361,7 +485,14 @@ impl<'a> Sender<'a> {
             ));
         }
         if flags.contains(EpollFlags::EPOLLOUT) && self.phase == Phase::Writing {
-            self.write_once()?;
+            match self.gate {
+                Gate::Kernel => {
+                    let threshold = self.cfg.options.notsent_lowat.map(u64::from);
+                    self.write_once(threshold, "epollout")?;
+                }
+                // The emulation decides on its next step; EPOLLOUT only woke it.
+                Gate::Emulated { .. } => self.awaiting_kernel = false,
+            }
         }
         Ok(())
     }
@@ -404,6 +535,19 @@ impl<'a> Sender<'a> {
             busy_us: delta(info.busy_time_us, p.busy_time_us),
             rwnd_limited_us: delta(info.rwnd_limited_us, p.rwnd_limited_us),
             sndbuf_limited_us: delta(info.sndbuf_limited_us, p.sndbuf_limited_us),
+            threshold_bytes: match (&self.gate, self.last_decision) {
+                (Gate::Emulated { .. }, Some(d)) => d.threshold,
+                _ => self.cfg.options.notsent_lowat.map(u64::from),
+            },
+            drain_rate_bps: self.last_decision.and_then(|d| d.rate).map(|r| r * 8.0),
+            rate_source: self.last_decision.map_or("", |d| d.source.name()),
+            lowat_bytes: sys::get_int(
+                self.sock.as_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+            )
+            .ok()
+            .map(|v| v as u32),
         };
         if !self.cfg.quiet {
             println!("{}", human::send_interval_line(&row));
@@ -432,10 +576,7 @@ impl<'a> Sender<'a> {
         self.write_end = Some((now, info));
         self.end = Some(reason);
         self.phase = Phase::Draining;
-        let mut ev = EpollEvent::new(EpollFlags::empty(), SOCK_TOKEN);
-        self.epoll
-            .modify(self.sock.as_fd(), &mut ev)
-            .map_err(|e| EndReason::LocalError(format!("epoll_ctl(MOD): {e}")))
+        self.set_out_interest(false)
     }
 
     /// The default drain timeout: the time the outstanding bytes take at the measured
@@ -508,7 +649,22 @@ impl<'a> Sender<'a> {
                     return drain;
                 }
             }
-            let timeout = self.next_timeout(drain_deadline);
+            let mut decide_again = false;
+            if self.emulation_due() {
+                match self.emulation_step() {
+                    Ok(wrote) => decide_again = wrote,
+                    Err(reason) => {
+                        self.fail(reason);
+                        return drain;
+                    }
+                }
+            }
+            // After an emulated invitation, look at events without waiting, then decide again.
+            let timeout = if decide_again {
+                0
+            } else {
+                self.next_timeout(drain_deadline)
+            };
             let n = match self.epoll.wait(&mut events, timeout) {
                 Ok(n) => n,
                 Err(nix::errno::Errno::EINTR) => continue,
@@ -526,20 +682,24 @@ impl<'a> Sender<'a> {
                     _ => self.on_socket_event(ev.events()),
                 };
                 if let Err(reason) = result {
-                    if self.phase == Phase::Writing {
-                        if let Err(e) = self.end_writing(reason.clone()) {
-                            self.end = Some(e);
-                        }
-                    }
-                    // A signal or failure during the drain ends it too.
-                    self.end = Some(match self.end.take() {
-                        Some(EndReason::Limit(_)) | None => reason,
-                        Some(first) => first,
-                    });
+                    self.fail(reason);
                     return drain;
                 }
             }
         }
+    }
+
+    /// Ends the run early: a signal or a failure, while writing or during the drain.
+    fn fail(&mut self, reason: EndReason) {
+        if self.phase == Phase::Writing {
+            if let Err(e) = self.end_writing(reason.clone()) {
+                self.end = Some(e);
+            }
+        }
+        self.end = Some(match self.end.take() {
+            Some(EndReason::Limit(_)) | None => reason,
+            Some(first) => first,
+        });
     }
 
     /// Milliseconds until the next thing the loop must do by itself.
@@ -554,6 +714,9 @@ impl<'a> Sender<'a> {
             if self.warmup_mark.is_none() {
                 next = next.min(self.cfg.warmup.saturating_sub(now));
             }
+            if let Some(t) = self.next_check {
+                next = next.min(t.saturating_duration_since(Instant::now()));
+            }
         }
         if let Some(d) = drain_deadline {
             next = next.min(d.saturating_duration_since(Instant::now()));
@@ -567,15 +730,29 @@ impl<'a> Sender<'a> {
 pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
     let signals = StopSignals::install().map_err(os("signalfd"))?;
     let out = Outputs::create(cfg.out_dir.as_deref())?;
-    let (sock, options) = connect(cfg)?;
+    let (sock, mut options) = connect(cfg)?;
     let timestamping: Option<TimestampingMode> = if cfg.timestamps {
         Some(sockopt::enable_tx_timestamps(sock.as_fd())?)
     } else {
         None
     };
+    let (gate, policy, gate_option) = gate::setup(
+        sock.as_fd(),
+        cfg.replenish.as_ref(),
+        cfg.options.nodelay,
+        cfg.options.notsent_lowat,
+    )?;
+    options.extend(gate_option);
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(os("epoll_create1"))?;
-    let mut interest = EpollFlags::EPOLLOUT;
-    if cfg.epoll == EpollMode::Edge {
+    // With the kernel deciding, every EPOLLOUT is an invitation; the emulation asks for
+    // EPOLLOUT only when it waits for the kernel.
+    let kernel_gate = matches!(gate, Gate::Kernel);
+    let mut interest = if kernel_gate {
+        EpollFlags::EPOLLOUT
+    } else {
+        EpollFlags::empty()
+    };
+    if kernel_gate && cfg.epoll == EpollMode::Edge {
         interest |= EpollFlags::EPOLLET;
     }
     epoll
@@ -602,6 +779,10 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         warnings.push("timestamping: kernel refused OPT_ID_TCP; keys use OPT_ID (same base before the first write)".into());
     }
     print_banner(cfg, &local, &options, timestamping, first_info.snd_mss);
+    println!("{}", human::policy_line(&policy));
+    if let Some(note) = &policy.note {
+        println!("policy: {note}");
+    }
     for w in &warnings {
         eprintln!("sbm-send: warning: {w}");
     }
@@ -631,24 +812,40 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         first_write: None,
         end: None,
         warnings,
+        gate,
+        lowat_now: None,
+        out_interest: kernel_gate,
+        awaiting_kernel: false,
+        next_check: None,
+        last_decision: None,
+        prev_sched_ns: None,
     };
     if !cfg.quiet {
         println!("{}", human::send_interval_header());
     }
     let drain = s.event_loop();
-    Ok(s.finish(drain, local, options, timestamping, first_info.snd_mss))
+    let about = RunAbout {
+        local,
+        options,
+        timestamping,
+        mss: first_info.snd_mss,
+        policy,
+    };
+    Ok(s.finish(drain, about))
+}
+
+/// What the summary says about the run's set-up.
+struct RunAbout {
+    local: String,
+    options: Vec<OptionReport>,
+    timestamping: Option<TimestampingMode>,
+    mss: u32,
+    policy: PolicyReport,
 }
 
 impl Sender<'_> {
     /// Final drain, attribution of everything pending, summary and exit status.
-    fn finish(
-        mut self,
-        mut drain: DrainReport,
-        local: String,
-        options: Vec<OptionReport>,
-        timestamping: Option<TimestampingMode>,
-        mss: u32,
-    ) -> SendOutcome {
+    fn finish(mut self, mut drain: DrainReport, about: RunAbout) -> SendOutcome {
         if self.cfg.timestamps {
             if let Err(e) = self.drain_errqueue() {
                 self.warnings
@@ -725,7 +922,7 @@ impl Sender<'_> {
             complete,
             end_reason,
             error,
-            local,
+            local: about.local,
             peer: cfg.peer.to_string(),
             started_unix_ns: self.t0_ns,
             kernel_release: sysinfo::kernel_release(),
@@ -741,10 +938,11 @@ impl Sender<'_> {
                 timestamps: cfg.timestamps,
                 drain_timeout_s: cfg.drain_timeout.map(|d| d.as_secs_f64()),
             },
-            options,
+            options: about.options,
             warnings: self.warnings.clone(),
-            timestamping,
-            mss,
+            timestamping: about.timestamping,
+            policy: about.policy,
+            mss: about.mss,
             min_rtt_us: info.as_ref().and_then(|i| i.min_rtt_us),
             totals,
             sojourn: self.run.sojourn.percentiles(),
@@ -752,6 +950,8 @@ impl Sender<'_> {
             attribution: self.run.attribution.clone(),
             attribution_after_warmup: self.run.attribution_after_warmup.clone(),
             reports: self.run.reports.clone(),
+            advance_notice: self.run.advance.percentiles(),
+            invited_after_dry: self.run.invited_after_dry,
             drain,
         };
         let mut outcome = SendOutcome { summary, exit_code };

@@ -32,11 +32,26 @@ use std::collections::VecDeque;
 use super::cmsg::RawReport;
 use super::TxKind;
 
-/// One accepted write, as the sender issued it.
+/// What the sender did: one accepted write, before the ledger places it in the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IssuedWrite {
+    pub seq: u64,
+    /// CLOCK_REALTIME ns just before the write call (the timestamps' clock).
+    pub write_ns: u64,
+    pub asked: u32,
+    pub accepted: u32,
+    pub notsent_before: u32,
+    pub notsent_after: u32,
+    /// The readiness threshold (bytes) in force when the write was invited, if any.
+    pub threshold: Option<u64>,
+    /// Why the write was invited (`epollout` when the kernel's readiness decided).
+    pub reason: &'static str,
+}
+
+/// One accepted write, placed in the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteRecord {
     pub seq: u64,
-    /// CLOCK_REALTIME ns just before the write call (the timestamps' clock).
     pub write_ns: u64,
     pub asked: u32,
     pub accepted: u32,
@@ -44,9 +59,26 @@ pub struct WriteRecord {
     pub end_offset: u64,
     pub notsent_before: u32,
     pub notsent_after: u32,
+    pub threshold: Option<u64>,
+    pub reason: &'static str,
 }
 
 impl WriteRecord {
+    /// `w` ending at stream offset `end_offset`.
+    pub fn place(w: IssuedWrite, end_offset: u64) -> WriteRecord {
+        WriteRecord {
+            seq: w.seq,
+            write_ns: w.write_ns,
+            asked: w.asked,
+            accepted: w.accepted,
+            end_offset,
+            notsent_before: w.notsent_before,
+            notsent_after: w.notsent_after,
+            threshold: w.threshold,
+            reason: w.reason,
+        }
+    }
+
     pub fn last_byte(&self) -> u64 {
         self.end_offset - 1
     }
@@ -199,26 +231,10 @@ impl WriteLedger {
     }
 
     /// Records a write that the kernel accepted (at least one byte).
-    pub fn record_write(
-        &mut self,
-        seq: u64,
-        write_ns: u64,
-        asked: u32,
-        accepted: u32,
-        notsent_before: u32,
-        notsent_after: u32,
-    ) -> WriteRecord {
-        assert!(accepted > 0, "only accepted bytes are recorded");
-        self.written += u64::from(accepted);
-        let write = WriteRecord {
-            seq,
-            write_ns,
-            asked,
-            accepted,
-            end_offset: self.written,
-            notsent_before,
-            notsent_after,
-        };
+    pub fn record_write(&mut self, w: IssuedWrite) -> WriteRecord {
+        assert!(w.accepted > 0, "only accepted bytes are recorded");
+        self.written += u64::from(w.accepted);
+        let write = WriteRecord::place(w, self.written);
         self.pending.push_back(Pending {
             write,
             sched_offered: false,
@@ -406,8 +422,13 @@ mod tests {
         }
         fn write(&mut self, at_ns: u64, asked: u32, accepted: u32) -> WriteRecord {
             self.seq += 1;
-            self.ledger
-                .record_write(self.seq, at_ns, asked, accepted, 0, 0)
+            self.ledger.record_write(IssuedWrite {
+                seq: self.seq,
+                write_ns: at_ns,
+                asked,
+                accepted,
+                ..Default::default()
+            })
         }
         fn report(&mut self, kind: TxKind, key: u64, t: u64) -> ReportVerdict {
             self.ledger

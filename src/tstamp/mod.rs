@@ -5,7 +5,7 @@ pub mod cmsg;
 pub mod ledger;
 
 pub use cmsg::{parse_errqueue_control, ErrqueueMessage, RawReport};
-pub use ledger::{Stamp, StampState, TimedWrite, WriteLedger, WriteRecord};
+pub use ledger::{IssuedWrite, Stamp, StampState, TimedWrite, WriteLedger, WriteRecord};
 
 /// Which point of a byte's life a report marks (`ee_info`, include/uapi/linux/errqueue.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,428 @@
+//! Write-readiness rules, as pure decisions over what tcp_info says.
+//!
+//! The report's TCP_REPLENISH_TIME (§3), emulated in userspace: the socket is writable
+//! while the unsent backlog would drain within T at the estimated drain rate,
+//! `notsent ≤ drain_rate × T`; once above, it is invited again only when the backlog has
+//! fallen to half that (the hysteresis of Linux's write-space wakeups). Always writable at
+//! zero backlog and when there is no estimate yet; with Nagle on and the sub-MSS clause
+//! (the report's §1 suggestion 2, XNU's rule), writable while 0 < notsent < MSS. The clause
+//! never applies under TCP_NODELAY (§1: there it pools writes behind a cwnd-blocked segment).
+
+use serde::Serialize;
+
+/// How the drain rate is estimated from tcp_info.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateEstimator {
+    /// tcpi_delivery_rate; an application-limited sample is used only when it is higher
+    /// than the current estimate (the kernel's own convention for its max filter).
+    Delivery,
+    /// tcpi_delivery_rate, ignoring application-limited samples entirely.
+    DeliveryNonapp,
+    /// min(cwnd × mss, peer window) / srtt, always.
+    Cwnd,
+    /// The latest tcpi_delivery_rate sample as it is, app-limited or not: an estimate that
+    /// a flow's own application-limited pace can drag down (the report's §6 feedback).
+    Latest,
+}
+
+/// Where the drain rate of a decision came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateSource {
+    Sample,
+    AppLimitedSample,
+    CwndSrtt,
+    None,
+}
+
+impl RateSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            RateSource::Sample => "sample",
+            RateSource::AppLimitedSample => "app-limited-sample",
+            RateSource::CwndSrtt => "cwnd-srtt",
+            RateSource::None => "none",
+        }
+    }
+}
+
+/// The tcp_info fields a decision needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Observation {
+    pub notsent: u32,
+    pub mss: u32,
+    /// Latest delivery-rate sample, bytes/s (0 or None: no sample yet).
+    pub delivery_rate: Option<u64>,
+    pub app_limited: bool,
+    pub cwnd: u32,
+    pub srtt_us: u32,
+    pub snd_wnd: Option<u32>,
+}
+
+impl Observation {
+    pub fn from_tcp_info(info: &crate::tcpinfo::TcpInfo) -> Observation {
+        Observation {
+            notsent: info.notsent_bytes.unwrap_or(0),
+            mss: info.snd_mss,
+            delivery_rate: info.delivery_rate,
+            app_limited: info.delivery_rate_app_limited,
+            cwnd: info.snd_cwnd,
+            srtt_us: info.rtt_us,
+            snd_wnd: info.snd_wnd,
+        }
+    }
+}
+
+/// Why a decision came out as it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reason {
+    ZeroBacklog,
+    SubMss,
+    NoEstimate,
+    BelowThreshold,
+    BelowHalfThreshold,
+    Above,
+}
+
+impl Reason {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::ZeroBacklog => "zero-backlog",
+            Reason::SubMss => "sub-mss",
+            Reason::NoEstimate => "no-estimate",
+            Reason::BelowThreshold => "below-threshold",
+            Reason::BelowHalfThreshold => "below-half-threshold",
+            Reason::Above => "above",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    pub writable: bool,
+    pub reason: Reason,
+    /// drain_rate × T, bytes.
+    pub threshold: Option<u64>,
+    /// bytes/s.
+    pub rate: Option<f64>,
+    pub source: RateSource,
+}
+
+/// The emulated TCP_REPLENISH_TIME rule with its state (hysteresis, rate estimate).
+#[derive(Debug, Clone)]
+pub struct Replenish {
+    pub time_us: u64,
+    pub sub_mss_clause: bool,
+    pub nodelay: bool,
+    pub estimator: RateEstimator,
+    /// Above the threshold since the last invitation: wait for half of it.
+    waiting: bool,
+    /// The current delivery-rate estimate (bytes/s) and whether it came from an
+    /// app-limited sample.
+    estimate: Option<(u64, bool)>,
+}
+
+impl Replenish {
+    pub fn new(
+        time_us: u64,
+        sub_mss_clause: bool,
+        nodelay: bool,
+        estimator: RateEstimator,
+    ) -> Replenish {
+        Replenish {
+            time_us,
+            sub_mss_clause,
+            nodelay,
+            estimator,
+            waiting: false,
+            estimate: None,
+        }
+    }
+
+    /// min(cwnd × mss, peer window) / srtt, bytes/s.
+    fn cwnd_rate(o: &Observation) -> Option<f64> {
+        if o.srtt_us == 0 || o.cwnd == 0 || o.mss == 0 {
+            return None;
+        }
+        let mut bytes = u64::from(o.cwnd) * u64::from(o.mss);
+        if let Some(w) = o.snd_wnd.filter(|&w| w > 0) {
+            bytes = bytes.min(u64::from(w));
+        }
+        Some(bytes as f64 * 1e6 / f64::from(o.srtt_us))
+    }
+
+    /// Updates the estimate from the latest sample and returns the drain rate to use.
+    fn drain_rate(&mut self, o: &Observation) -> (Option<f64>, RateSource) {
+        let sample = o.delivery_rate.filter(|&r| r > 0);
+        match self.estimator {
+            RateEstimator::Cwnd => {}
+            RateEstimator::Delivery => {
+                if let Some(r) = sample {
+                    let keep = !o.app_limited || self.estimate.is_none_or(|(e, _)| r > e);
+                    if keep {
+                        self.estimate = Some((r, o.app_limited));
+                    }
+                }
+            }
+            RateEstimator::DeliveryNonapp => {
+                if let Some(r) = sample.filter(|_| !o.app_limited) {
+                    self.estimate = Some((r, false));
+                }
+            }
+            RateEstimator::Latest => {
+                if let Some(r) = sample {
+                    self.estimate = Some((r, o.app_limited));
+                }
+            }
+        }
+        match (self.estimator, self.estimate) {
+            (RateEstimator::Cwnd, _) | (_, None) => match Self::cwnd_rate(o) {
+                Some(r) => (Some(r), RateSource::CwndSrtt),
+                None => (None, RateSource::None),
+            },
+            (_, Some((r, app))) => (
+                Some(r as f64),
+                if app {
+                    RateSource::AppLimitedSample
+                } else {
+                    RateSource::Sample
+                },
+            ),
+        }
+    }
+
+    /// Decides whether the socket counts as writable now. A writable decision is an
+    /// invitation: the caller writes once and asks again.
+    pub fn decide(&mut self, o: &Observation) -> Decision {
+        let (rate, source) = self.drain_rate(o);
+        let threshold = rate.map(|r| (r * self.time_us as f64 / 1e6) as u64);
+        let verdict = |writable, reason| Decision {
+            writable,
+            reason,
+            threshold,
+            rate,
+            source,
+        };
+        // The threshold rule first, so that a write it invites is labelled by it; the
+        // sub-MSS clause only where the threshold alone would say no.
+        let sub_mss = self.sub_mss_clause && !self.nodelay && o.notsent < o.mss;
+        let d = if o.notsent == 0 {
+            verdict(true, Reason::ZeroBacklog)
+        } else if let Some(t) = threshold {
+            let (limit, reason) = if self.waiting {
+                (t / 2, Reason::BelowHalfThreshold)
+            } else {
+                (t, Reason::BelowThreshold)
+            };
+            if u64::from(o.notsent) <= limit {
+                verdict(true, reason)
+            } else if sub_mss {
+                verdict(true, Reason::SubMss)
+            } else {
+                verdict(false, reason)
+            }
+        } else {
+            verdict(true, Reason::NoEstimate)
+        };
+        if d.writable {
+            self.waiting = false;
+            d
+        } else {
+            self.waiting = true;
+            Decision {
+                reason: Reason::Above,
+                ..d
+            }
+        }
+    }
+
+    /// The TCP_NOTSENT_LOWAT that makes the kernel wake the loop when `decide` may next
+    /// say writable: Linux wakes at lowat/2, so lowat = threshold; with the sub-MSS clause
+    /// active, at least 2 × MSS so that a sub-MSS backlog also wakes it.
+    pub fn wake_lowat(&self, d: &Decision, mss: u32) -> u32 {
+        let mut lowat = d.threshold.unwrap_or(0).min(u64::from(u32::MAX / 2)) as u32;
+        if self.sub_mss_clause && !self.nodelay {
+            lowat = lowat.max(2 * mss);
+        }
+        lowat.max(2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MSS: u32 = 1448;
+
+    fn obs(notsent: u32, rate: u64, app: bool) -> Observation {
+        Observation {
+            notsent,
+            mss: MSS,
+            delivery_rate: Some(rate),
+            app_limited: app,
+            cwnd: 10,
+            srtt_us: 172_000,
+            snd_wnd: Some(1 << 20),
+        }
+    }
+
+    fn p() -> Replenish {
+        Replenish::new(15_000, true, false, RateEstimator::Delivery)
+    }
+
+    #[test]
+    fn threshold_is_rate_times_time() {
+        let mut r = p();
+        // 2 Mb/s = 250 000 B/s; 15 ms → 3750 B.
+        let d = r.decide(&obs(3_000, 250_000, false));
+        assert_eq!(d.threshold, Some(3_750));
+        assert!(d.writable);
+        assert_eq!(d.reason, Reason::BelowThreshold);
+        assert_eq!(d.source, RateSource::Sample);
+    }
+
+    #[test]
+    fn hysteresis_waits_for_half_the_threshold() {
+        let mut r = p();
+        assert!(!r.decide(&obs(65_000, 250_000, false)).writable);
+        // Back under the threshold but above half of it: still waiting.
+        let d = r.decide(&obs(3_000, 250_000, false));
+        assert!(!d.writable);
+        assert_eq!(d.reason, Reason::Above);
+        let d = r.decide(&obs(1_875, 250_000, false));
+        assert!(d.writable);
+        assert_eq!(d.reason, Reason::BelowHalfThreshold);
+        // Invited: the next decision uses the full threshold again.
+        assert!(r.decide(&obs(3_700, 250_000, false)).writable);
+    }
+
+    #[test]
+    fn zero_backlog_and_no_estimate_are_writable() {
+        let mut r = p();
+        let d = r.decide(&Observation {
+            notsent: 0,
+            ..obs(0, 0, false)
+        });
+        assert_eq!(d.reason, Reason::ZeroBacklog);
+        let d = r.decide(&Observation {
+            notsent: 50_000,
+            srtt_us: 0,
+            delivery_rate: None,
+            ..obs(0, 0, false)
+        });
+        assert!(d.writable);
+        assert_eq!((d.reason, d.source), (Reason::NoEstimate, RateSource::None));
+    }
+
+    #[test]
+    fn cwnd_bootstrap_before_the_first_sample() {
+        let mut r = p();
+        let d = r.decide(&Observation {
+            delivery_rate: None,
+            ..obs(100_000, 0, false)
+        });
+        // 10 × 1448 B per 172 ms = 84 186 B/s → 15 ms: 1262 B.
+        assert_eq!(d.source, RateSource::CwndSrtt);
+        assert_eq!(d.threshold, Some(1_262));
+        // The peer window caps it.
+        let mut r = p();
+        let d = r.decide(&Observation {
+            delivery_rate: None,
+            snd_wnd: Some(1_448),
+            ..obs(100_000, 0, false)
+        });
+        assert_eq!(d.threshold, Some(126));
+    }
+
+    #[test]
+    fn sub_mss_clause_only_under_nagle() {
+        let mut r = p();
+        let d = r.decide(&obs(412, 25_000, false)); // threshold 375 B < 412 B tail
+        assert!(d.writable);
+        assert_eq!(d.reason, Reason::SubMss);
+        let mut off = Replenish::new(15_000, false, false, RateEstimator::Delivery);
+        assert!(!off.decide(&obs(412, 25_000, false)).writable);
+        let mut nodelay = Replenish::new(15_000, true, true, RateEstimator::Delivery);
+        assert!(!nodelay.decide(&obs(412, 25_000, false)).writable);
+    }
+
+    #[test]
+    fn app_limited_samples_follow_the_estimator() {
+        // delivery: an app-limited sample replaces the estimate only when higher.
+        let mut r = p();
+        r.decide(&obs(10, 250_000, false));
+        let d = r.decide(&obs(100_000, 100_000, true));
+        assert_eq!((d.rate, d.source), (Some(250_000.0), RateSource::Sample));
+        let d = r.decide(&obs(100_000, 6_000_000, true));
+        assert_eq!(
+            (d.rate, d.source),
+            (Some(6_000_000.0), RateSource::AppLimitedSample)
+        );
+        // delivery-nonapp: app-limited samples never count; cwnd/srtt until a real one.
+        let mut r = Replenish::new(15_000, true, false, RateEstimator::DeliveryNonapp);
+        let d = r.decide(&obs(100_000, 6_000_000, true));
+        assert_eq!(d.source, RateSource::CwndSrtt);
+        let d = r.decide(&obs(100_000, 200_000, false));
+        assert_eq!((d.rate, d.source), (Some(200_000.0), RateSource::Sample));
+        // latest: whatever the last sample was.
+        let mut r = Replenish::new(15_000, true, false, RateEstimator::Latest);
+        r.decide(&obs(10, 250_000, false));
+        let d = r.decide(&obs(100_000, 20_000, true));
+        assert_eq!(
+            (d.rate, d.source),
+            (Some(20_000.0), RateSource::AppLimitedSample)
+        );
+        // cwnd: always cwnd/srtt.
+        let mut r = Replenish::new(15_000, true, false, RateEstimator::Cwnd);
+        assert_eq!(
+            r.decide(&obs(100_000, 250_000, false)).source,
+            RateSource::CwndSrtt
+        );
+    }
+
+    /// The report's §6 phase lock: 4 KiB writes, MSS 1228, Nagle holding the 412 B tail,
+    /// a delivery-rate estimate depressed by one write per RTT (4096 B / 172 ms).
+    #[test]
+    fn phase_lock_sequence_traps_without_the_clause_and_not_with_it() {
+        let mss = 1228;
+        let locked_rate = 4096 * 1_000_000 / 172_000; // 23 813 B/s → threshold 357 B
+        let tail = Observation {
+            notsent: 4096 - 3 * mss,
+            mss,
+            delivery_rate: Some(locked_rate),
+            app_limited: true,
+            cwnd: 10,
+            srtt_us: 172_000,
+            snd_wnd: Some(1 << 20),
+        };
+        let mut without = Replenish::new(15_000, false, false, RateEstimator::Delivery);
+        let d = without.decide(&tail);
+        assert_eq!(d.threshold, Some(357));
+        assert!(
+            !d.writable,
+            "the 412 B tail sits above the threshold: no invitation until the ACK"
+        );
+        // Only when the ACK releases the tail does the backlog reach zero.
+        assert!(without.decide(&Observation { notsent: 0, ..tail }).writable);
+        let mut with = Replenish::new(15_000, true, false, RateEstimator::Delivery);
+        let d = with.decide(&tail);
+        assert!(
+            d.writable,
+            "the clause invites more data to complete the segment"
+        );
+        assert_eq!(d.reason, Reason::SubMss);
+        // The wakeup lowat covers the clause: Linux wakes at lowat/2 ≥ MSS.
+        let waiting = with.decide(&Observation {
+            notsent: 60_000,
+            ..tail
+        });
+        assert!(with.wake_lowat(&waiting, mss) / 2 >= mss);
+        let above = without.decide(&Observation {
+            notsent: 60_000,
+            ..tail
+        });
+        assert_eq!(without.wake_lowat(&above, mss), 357);
+    }
+}

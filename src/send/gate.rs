@@ -1,0 +1,257 @@
+//! Who decides when sbm-send writes: the kernel's EPOLLOUT (the default, TCP_NOTSENT_LOWAT,
+//! and the in-kernel TCP_REPLENISH_TIME of a patched kernel), or sbm's userspace emulation
+//! of TCP_REPLENISH_TIME (crate::policy) woken by NOTSENT_LOWAT or by a timer.
+
+use std::os::fd::BorrowedFd;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::policy::{RateEstimator, Replenish};
+use crate::sockopt::OptionReport;
+use crate::sys;
+use crate::sysinfo;
+
+/// Option numbers up to this one are mainline TCP options (TCP_DELACK_MAX_US = 46): a
+/// stock kernel would "accept" them as something else.
+pub const HIGHEST_MAINLINE_TCP_OPTION: u32 = 46;
+/// The sysctl through which this project's patched kernel announces its option number.
+pub const OPTNAME_SYSCTL: &str = "net/ipv4/tcp_replenish_time_optname";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplenishImpl {
+    /// The kernel when it is known to implement the option, else emulated.
+    Auto,
+    /// setsockopt(IPPROTO_TCP, N, µs) on a patched kernel.
+    Kernel,
+    /// The rule in userspace, woken through NOTSENT_LOWAT.
+    Emulated,
+    /// The rule in userspace, woken by a timer at the predicted drain time (no lowat).
+    EmulatedTimer,
+}
+
+/// `--replenish-time` and its companions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplenishConfig {
+    pub time: Duration,
+    pub implementation: ReplenishImpl,
+    /// From `--replenish-optname` or SBM_REPLENISH_OPTNAME.
+    pub optname: Option<u32>,
+    pub sub_mss_clause: bool,
+    pub estimator: RateEstimator,
+}
+
+/// What decided readiness in this run (summary.json `policy`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PolicyReport {
+    /// default | notsent-lowat | replenish
+    pub kind: &'static str,
+    /// kernel | emulated | emulated-timer (replenish only).
+    pub implementation: Option<ReplenishImpl>,
+    pub replenish_time_us: Option<u64>,
+    pub optname: Option<u32>,
+    pub sub_mss_clause: Option<bool>,
+    pub rate_estimator: Option<RateEstimator>,
+    /// Why `auto` chose what it chose.
+    pub note: Option<String>,
+}
+
+pub enum Gate {
+    /// Every EPOLLOUT is an invitation.
+    Kernel,
+    Emulated {
+        policy: Replenish,
+        timer: bool,
+    },
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GateError {
+    #[error("TCP_REPLENISH_TIME needs an option number: give --replenish-optname N (or SBM_REPLENISH_OPTNAME), run a patched kernel that sets {sysctl}, or use --replenish-impl emulated", sysctl = OPTNAME_SYSCTL.replace('/', "."))]
+    NoOptname,
+    #[error("--replenish-optname {0} is a mainline TCP option number (≤ {HIGHEST_MAINLINE_TCP_OPTION}); a patched kernel's TCP_REPLENISH_TIME has a higher one")]
+    MainlineOptname(u32),
+    #[error("this kernel does not implement TCP_REPLENISH_TIME as option {optname} ({errno}); use a patched kernel with its number, or --replenish-impl emulated")]
+    Unsupported { optname: u32, errno: String },
+    #[error(
+        "TCP_REPLENISH_TIME option {optname} did not read back: set {asked} us, kernel has {got}"
+    )]
+    NoReadback { optname: u32, asked: u64, got: i64 },
+    #[error("--notsent-lowat cannot be combined with an emulated --replenish-time: the emulation drives TCP_NOTSENT_LOWAT itself (the kernel impl enforces both)")]
+    LowatWithEmulation,
+    #[error("{0}")]
+    Sys(String),
+}
+
+/// The option number from the environment, validated.
+pub fn optname_from_env() -> Result<Option<u32>, String> {
+    match std::env::var("SBM_REPLENISH_OPTNAME") {
+        Ok(v) => v
+            .trim()
+            .parse::<u32>()
+            .map(Some)
+            .map_err(|_| format!("SBM_REPLENISH_OPTNAME='{v}' is not an option number")),
+        Err(_) => Ok(None),
+    }
+}
+
+/// The option number a patched kernel announces, if this is one.
+pub fn detect_optname() -> Option<u32> {
+    sysinfo::sysctl_u64(OPTNAME_SYSCTL).and_then(|v| u32::try_from(v).ok())
+}
+
+/// setsockopt(IPPROTO_TCP, optname, µs) and read it back.
+fn set_kernel_option(
+    fd: BorrowedFd<'_>,
+    optname: u32,
+    time_us: u64,
+) -> Result<OptionReport, GateError> {
+    if optname <= HIGHEST_MAINLINE_TCP_OPTION {
+        return Err(GateError::MainlineOptname(optname));
+    }
+    let v =
+        i32::try_from(time_us).map_err(|_| GateError::Sys("replenish time too large".into()))?;
+    sys::set_int(fd, libc::IPPROTO_TCP, optname as i32, v).map_err(|e| match e.errno() {
+        Some(libc::ENOPROTOOPT) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => {
+            GateError::Unsupported {
+                optname,
+                errno: e.source.to_string(),
+            }
+        }
+        _ => GateError::Sys(e.to_string()),
+    })?;
+    let got = sys::get_int(fd, libc::IPPROTO_TCP, optname as i32)
+        .map_err(|e| GateError::Sys(e.to_string()))?;
+    if i64::from(got) != time_us as i64 {
+        return Err(GateError::NoReadback {
+            optname,
+            asked: time_us,
+            got: i64::from(got),
+        });
+    }
+    Ok(OptionReport {
+        name: "replenish_time_us",
+        requested: time_us.to_string(),
+        effective: got.to_string(),
+        warning: None,
+    })
+}
+
+/// Sets the run's readiness rule up on a connected socket.
+pub fn setup(
+    fd: BorrowedFd<'_>,
+    replenish: Option<&ReplenishConfig>,
+    nodelay: bool,
+    notsent_lowat: Option<u32>,
+) -> Result<(Gate, PolicyReport, Option<OptionReport>), GateError> {
+    let Some(r) = replenish.filter(|r| !r.time.is_zero()) else {
+        let kind = if notsent_lowat.is_some() {
+            "notsent-lowat"
+        } else {
+            "default"
+        };
+        let report = PolicyReport {
+            kind,
+            implementation: None,
+            replenish_time_us: None,
+            optname: None,
+            sub_mss_clause: None,
+            rate_estimator: None,
+            note: None,
+        };
+        return Ok((Gate::Kernel, report, None));
+    };
+    let time_us = r.time.as_micros() as u64;
+    let mut report = PolicyReport {
+        kind: "replenish",
+        implementation: None,
+        replenish_time_us: Some(time_us),
+        optname: None,
+        sub_mss_clause: Some(r.sub_mss_clause && !nodelay),
+        rate_estimator: Some(r.estimator),
+        note: None,
+    };
+    let optname = r.optname.or_else(detect_optname);
+    let chosen = match r.implementation {
+        ReplenishImpl::Kernel => {
+            let n = optname.ok_or(GateError::NoOptname)?;
+            let opt = set_kernel_option(fd, n, time_us)?;
+            report.optname = Some(n);
+            report.implementation = Some(ReplenishImpl::Kernel);
+            return Ok((Gate::Kernel, report, Some(opt)));
+        }
+        ReplenishImpl::Auto => match optname {
+            Some(n) => match set_kernel_option(fd, n, time_us) {
+                Ok(opt) => {
+                    report.optname = Some(n);
+                    report.implementation = Some(ReplenishImpl::Kernel);
+                    report.note = Some(format!(
+                        "auto: the kernel implements TCP_REPLENISH_TIME as option {n}"
+                    ));
+                    return Ok((Gate::Kernel, report, Some(opt)));
+                }
+                Err(e) => {
+                    report.note = Some(format!(
+                        "auto: {e}; falling back to the userspace emulation"
+                    ));
+                    ReplenishImpl::Emulated
+                }
+            },
+            None => {
+                report.note = Some(
+                    "auto: this kernel does not announce TCP_REPLENISH_TIME; using the userspace emulation".into(),
+                );
+                ReplenishImpl::Emulated
+            }
+        },
+        other => other,
+    };
+    if notsent_lowat.is_some() {
+        return Err(GateError::LowatWithEmulation);
+    }
+    report.implementation = Some(chosen);
+    let policy = Replenish::new(time_us, r.sub_mss_clause, nodelay, r.estimator);
+    Ok((
+        Gate::Emulated {
+            policy,
+            timer: chosen == ReplenishImpl::EmulatedTimer,
+        },
+        report,
+        None,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mainline_option_numbers_are_refused() {
+        let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let fd = std::os::fd::AsFd::as_fd(&s);
+        assert_eq!(
+            set_kernel_option(fd, 46, 15_000),
+            Err(GateError::MainlineOptname(46))
+        );
+        assert_eq!(
+            set_kernel_option(fd, 13, 15_000),
+            Err(GateError::MainlineOptname(13))
+        );
+    }
+
+    #[test]
+    fn an_unimplemented_option_is_a_clear_error() {
+        let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let fd = std::os::fd::AsFd::as_fd(&s);
+        match set_kernel_option(fd, 200, 15_000) {
+            Err(GateError::Unsupported { optname: 200, .. }) => {}
+            other => panic!("stock kernel accepted option 200? {other:?}"),
+        }
+        let msg = set_kernel_option(fd, 200, 15_000).unwrap_err().to_string();
+        assert!(
+            msg.contains("does not implement TCP_REPLENISH_TIME as option 200"),
+            "{msg}"
+        );
+    }
+}
