@@ -436,3 +436,146 @@ fn every_output_field_is_documented_in_readme() {
         "undocumented fields in README.md: {missing:#?}"
     );
 }
+
+#[test]
+fn emulated_replenish_time_runs_and_says_so() {
+    let _g = serial();
+    let dir = tempdir("repl");
+    let sink = Sink::start("127.0.0.1:0", &["-q"]);
+    // (Loopback drains too fast for the lowat wakeup to show; tests/testbed.rs checks it.)
+    for (imp, timer) in [("emulated", false), ("emulated-timer", true)] {
+        let out = dir.join(imp);
+        let res = run(
+            "sbm-send",
+            &send_args(
+                &sink.addr,
+                out.to_str().unwrap(),
+                &[
+                    "-t",
+                    "2s",
+                    "-i",
+                    "250ms",
+                    "--replenish-time",
+                    "15ms",
+                    "--replenish-impl",
+                    imp,
+                ],
+            ),
+            RUN,
+        );
+        assert_eq!(res.code(), Some(0), "{}", res.stderr);
+        assert!(
+            res.stdout.contains("policy: TCP_REPLENISH_TIME 15000 us"),
+            "{}",
+            res.stdout
+        );
+        let summary = read_json(&out.join("summary.json"));
+        assert_eq!(summary["policy"]["kind"], "replenish");
+        assert_eq!(summary["policy"]["implementation"], imp);
+        let rows = read_csv(&out.join("writes.csv"));
+        assert!(!rows.is_empty());
+        let emulation_reasons = [
+            "zero-backlog",
+            "sub-mss",
+            "no-estimate",
+            "below-threshold",
+            "below-half-threshold",
+        ];
+        assert!(
+            rows.iter()
+                .all(|r| emulation_reasons.contains(&r["invite_reason"].as_str())),
+            "{:?}",
+            rows[0]
+        );
+        let lowats: Vec<u64> = read_csv(&out.join("intervals.csv"))
+            .iter()
+            .map(|r| num(r, "lowat_bytes").unwrap())
+            .collect();
+        if timer {
+            assert!(
+                lowats.iter().all(|&l| l == 0),
+                "emulated-timer leaves NOTSENT_LOWAT unset: {lowats:?}"
+            );
+        }
+    }
+    sink.stop();
+}
+
+#[test]
+fn kernel_replenish_on_a_stock_kernel_is_a_clear_error_and_auto_falls_back() {
+    let _g = serial();
+    let sink = Sink::start("127.0.0.1:0", &["-q"]);
+    let base = [
+        "--connect",
+        &sink.addr,
+        "-t",
+        "1s",
+        "--replenish-time",
+        "15ms",
+    ];
+    fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        let mut v = base.to_vec();
+        v.extend_from_slice(extra);
+        v
+    }
+    let res = run(
+        "sbm-send",
+        &with(
+            &base,
+            &["--replenish-impl", "kernel", "--replenish-optname", "200"],
+        ),
+        RUN,
+    );
+    assert_eq!(res.code(), Some(1));
+    assert!(
+        res.stderr
+            .contains("does not implement TCP_REPLENISH_TIME as option 200"),
+        "{}",
+        res.stderr
+    );
+    assert_eq!(res.stderr.trim().lines().count(), 1, "{}", res.stderr);
+    let res = run(
+        "sbm-send",
+        &with(&base, &["--replenish-impl", "kernel"]),
+        RUN,
+    );
+    assert_eq!(res.code(), Some(1));
+    assert!(
+        res.stderr.contains("needs an option number"),
+        "{}",
+        res.stderr
+    );
+    let res = run(
+        "sbm-send",
+        &with(
+            &base,
+            &["--replenish-impl", "kernel", "--replenish-optname", "46"],
+        ),
+        RUN,
+    );
+    assert_eq!(res.code(), Some(1));
+    assert!(res.stderr.contains("mainline TCP option"), "{}", res.stderr);
+    // auto with a number this kernel does not know: falls back and says so.
+    let dir = tempdir("auto");
+    let out = dir.join("auto");
+    let mut args = with(
+        &base,
+        &["--replenish-optname", "200", "--out", out.to_str().unwrap()],
+    );
+    args.push("-q");
+    let res = run("sbm-send", &args, RUN);
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    assert!(
+        res.stdout
+            .contains("falling back to the userspace emulation"),
+        "{}",
+        res.stdout
+    );
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["policy"]["implementation"], "emulated");
+    assert!(summary["policy"]["note"]
+        .as_str()
+        .unwrap()
+        .contains("option 200"));
+    sink.stop();
+}

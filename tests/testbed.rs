@@ -83,6 +83,11 @@ impl Bed {
 
     /// Runs sbm-send in snd against a sink in rcv; returns the summary.
     fn transfer(&self, args: &[&str]) -> serde_json::Value {
+        self.transfer_to(args).0
+    }
+
+    /// The same, with the output directory.
+    fn transfer_to(&self, args: &[&str]) -> (serde_json::Value, PathBuf) {
         let sink = Sink::start_in(&self.ns("rcv"), "198.18.2.1:5301", &["-q"]);
         let out = tempdir(&format!("{}-send", self.prefix));
         let send = bin("sbm-send");
@@ -104,7 +109,7 @@ impl Bed {
         let res = Running::spawn_program("ip", &all).wait(Duration::from_secs(120));
         assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
         sink.stop();
-        read_json(&out.join("summary.json"))
+        (read_json(&out.join("summary.json")), out)
     }
 }
 
@@ -480,4 +485,80 @@ fn shape_apply_installs_what_dry_run_prints_and_clear_removes_it() {
             "{after}"
         );
     }
+}
+
+/// Writes per round trip after the warm-up.
+fn writes_per_rtt(summary: &serde_json::Value, out: &Path) -> f64 {
+    let rows = read_csv(&out.join("writes.csv"));
+    let after: Vec<&Row> = rows.iter().filter(|r| r["warmup"] == "false").collect();
+    let first = num(after[0], "write_ns").unwrap() as f64;
+    let last = num(after[after.len() - 1], "write_ns").unwrap() as f64;
+    let rtt_ns = summary["min_rtt_us"].as_f64().unwrap() * 1e3;
+    (after.len() - 1) as f64 / ((last - first) / rtt_ns)
+}
+
+/// The report's §6 byte-threshold trap and its NODELAY fix, at 100 kb/s.
+#[test]
+fn sub_mss_notsent_lowat_traps_under_nagle_and_nodelay_frees_it() {
+    let _g = serial();
+    let bed = Bed::up("i", &["--rate", "100kbit"]);
+    let common = [
+        "-t",
+        "20s",
+        "--warmup",
+        "8s",
+        "--cc",
+        "cubic",
+        "-l",
+        "512B",
+        "--notsent-lowat",
+        "187",
+    ];
+    let (s, out) = bed.transfer_to(&common);
+    let share = share_of_bottleneck(&s, 1e5);
+    let per_rtt = writes_per_rtt(&s, &out);
+    assert!(
+        share < 0.30,
+        "Nagle + sub-MSS lowat: {share:.3} of the bottleneck"
+    );
+    assert!(per_rtt <= 1.2, "{per_rtt:.2} writes per RTT");
+    let mut nodelay = common.to_vec();
+    nodelay.push("--nodelay");
+    let s = bed.transfer(&nodelay);
+    let share = share_of_bottleneck(&s, 1e5);
+    assert!(share >= 0.80, "with NODELAY: {share:.3} of the bottleneck");
+}
+
+/// The report's 2 Mb/s REPLENISH_TIME cell, short: emulated 15 ms keeps the sojourn near
+/// the 64 KiB write's own drain time at full rate, woken through NOTSENT_LOWAT.
+#[test]
+fn emulated_replenish_time_holds_the_source_queue_at_2mbit() {
+    let _g = serial();
+    let bed = Bed::up("j", &["--rate", "2mbit"]);
+    let (s, out) = bed.transfer_to(&[
+        "-t",
+        "20s",
+        "--warmup",
+        "8s",
+        "--cc",
+        "cubic",
+        "--replenish-time",
+        "15ms",
+    ]);
+    assert_eq!(s["policy"]["implementation"], "emulated");
+    let median_ms = s["sojourn"]["p50_us"].as_f64().unwrap() / 1e3;
+    assert!(
+        median_ms <= 350.0,
+        "median sojourn {median_ms} ms (report 280 ms)"
+    );
+    let share = share_of_bottleneck(&s, 2e6);
+    assert!(share >= 0.90, "{share:.3} of the bottleneck");
+    let lowats: Vec<u64> = read_csv(&out.join("intervals.csv"))
+        .iter()
+        .filter_map(|r| num(r, "lowat_bytes"))
+        .collect();
+    assert!(
+        lowats.iter().any(|&l| l > 0),
+        "the emulation waits through NOTSENT_LOWAT: {lowats:?}"
+    );
 }

@@ -215,6 +215,16 @@ impl SendArgs {
                 ));
             }
         }
+        let emulated = matches!(
+            self.replenish_impl,
+            ReplenishImpl::Emulated | ReplenishImpl::EmulatedTimer
+        );
+        if self.replenish_time.is_some_and(|t| !t.is_zero())
+            && emulated
+            && self.notsent_lowat.is_some()
+        {
+            return Err(gate::GateError::LowatWithEmulation.to_string());
+        }
         let replenish = match self.replenish_time {
             Some(time) => Some(ReplenishConfig {
                 time,
@@ -305,6 +315,16 @@ mod tests {
             vec!["-c", "127.0.0.1:9", "--replenish-time", "1500ns"],
             vec!["-c", "127.0.0.1:9", "--replenish-time", "2h"],
             vec!["-c", "127.0.0.1:9", "--replenish-impl", "magic"],
+            vec![
+                "-c",
+                "127.0.0.1:9",
+                "--replenish-time",
+                "15ms",
+                "--replenish-impl",
+                "emulated",
+                "--notsent-lowat",
+                "1000",
+            ],
         ] {
             assert!(parse(&args).is_err(), "{args:?} should be rejected");
         }
