@@ -1,0 +1,153 @@
+//! sbm-matrix: runs a matrix of sender configurations × path rates on the emulated path and
+//! builds the report's table from the results (`scripts/matrix` wraps it).
+
+pub mod report;
+pub mod run;
+pub mod spec;
+pub mod svg;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sbm-matrix",
+    version,
+    about = "Run a test matrix on the emulated path; build summary.csv, table.md and plots",
+    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Run the cells of a matrix (root: it builds the emulated path).
+    Run {
+        /// A matrix file or a preset name (quick, paper, nagle-trap, …).
+        matrix: String,
+        /// Run directory (default results/<name>-<UTC time>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Only cells whose name contains one of these comma-separated strings.
+        #[arg(long)]
+        only: Option<String>,
+        /// Run only the cells of --out DIR that did not finish.
+        #[arg(long)]
+        resume: bool,
+        /// List the cells and the estimated wall time; run nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Test-bed prefix (default mx<pid>).
+        #[arg(long)]
+        prefix: Option<String>,
+    },
+    /// Rebuild summary.csv, table.md and plots of a run directory from its stored results.
+    Report { dir: PathBuf },
+    /// List the presets.
+    List,
+}
+
+/// Where presets live: $SBM_MATRICES, else scripts/matrices of the source tree.
+pub fn presets_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SBM_MATRICES") {
+        return PathBuf::from(d);
+    }
+    let from_exe = std::env::current_exe().ok().and_then(|p| {
+        p.parent()?
+            .parent()?
+            .parent()
+            .map(|root| root.join("scripts/matrices"))
+    });
+    match from_exe {
+        Some(d) if d.exists() => d,
+        _ => PathBuf::from("scripts/matrices"),
+    }
+}
+
+/// A path as given, or a preset by name.
+pub fn resolve_matrix(arg: &str) -> PathBuf {
+    let p = PathBuf::from(arg);
+    if p.exists() || arg.contains('/') || arg.ends_with(".toml") {
+        p
+    } else {
+        presets_dir().join(format!("{arg}.toml"))
+    }
+}
+
+fn main_inner(cli: Cli) -> Result<i32, String> {
+    match cli.cmd {
+        Cmd::Run {
+            matrix,
+            out,
+            only,
+            resume,
+            dry_run,
+            prefix,
+        } => {
+            if let Some(p) = &prefix {
+                crate::testbed::wan::validate_prefix(p).map_err(|e| e.to_string())?;
+            }
+            let opts = run::RunOptions {
+                matrix: resolve_matrix(&matrix),
+                out,
+                only,
+                resume,
+                dry_run,
+                prefix,
+            };
+            run::run(&opts)
+        }
+        Cmd::Report { dir } => {
+            let table = run::rebuild_report(&dir)?;
+            println!("{table}");
+            Ok(0)
+        }
+        Cmd::List => {
+            let dir = presets_dir();
+            let mut names: Vec<String> = std::fs::read_dir(&dir)
+                .map_err(|e| format!("{}: {e}", dir.display()))?
+                .filter_map(|e| {
+                    e.ok()?
+                        .file_name()
+                        .to_str()?
+                        .strip_suffix(".toml")
+                        .map(str::to_string)
+                })
+                .collect();
+            names.sort();
+            for n in names {
+                let desc = run::load(&dir.join(format!("{n}.toml")))
+                    .map(|(s, _)| s.description)
+                    .unwrap_or_default();
+                println!("{n:<14} {}", desc.lines().next().unwrap_or(""));
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// The whole of `main` for bin/sbm-matrix.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    match main_inner(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sbm-matrix: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,545 @@
+//! Run-level outputs from stored cell results: summary.csv (one row per cell), table.md in
+//! the report's layout, and SVG plots. Rebuilt by `scripts/matrix report DIR` at any time;
+//! the same inputs give the same bytes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::spec::{Cell, MatrixSpec};
+use super::svg::{self, Chart, Series, Style};
+
+/// cell.json: how a cell's run ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CellStatus {
+    pub name: String,
+    /// ok | failed | interrupted
+    pub status: String,
+    pub error: Option<String>,
+    pub send_exit: Option<i32>,
+    pub sink_exit: Option<i32>,
+    pub started_unix_s: u64,
+    pub ended_unix_s: u64,
+}
+
+/// summary.csv: one row per cell.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SummaryRow {
+    pub cell: String,
+    pub rate: String,
+    pub rate_bps: Option<u64>,
+    pub config: String,
+    pub label: String,
+    pub write_size: String,
+    pub nodelay: bool,
+    pub cc: String,
+    pub repetition: u32,
+    pub status: String,
+    pub error: Option<String>,
+    pub policy: Option<String>,
+    pub goodput_bps: Option<f64>,
+    pub sojourn_p50_us: Option<u64>,
+    pub sojourn_p95_us: Option<u64>,
+    pub sojourn_p99_us: Option<u64>,
+    pub sojourn_exact_p50_us: Option<u64>,
+    pub sojourn_exact_p95_us: Option<u64>,
+    pub exact: Option<u64>,
+    pub coalesced: Option<u64>,
+    pub missing: Option<u64>,
+    pub unsent: Option<u64>,
+    pub writes: Option<u64>,
+    pub short_writes: Option<u64>,
+    pub retransmits: Option<u64>,
+    pub min_rtt_us: Option<u64>,
+    pub advance_p50_us: Option<u64>,
+    pub invited_after_dry: Option<u64>,
+}
+
+fn u(v: &Value) -> Option<u64> {
+    v.as_u64()
+}
+
+pub fn summary_row(
+    cell: &Cell,
+    status: Option<&CellStatus>,
+    summary: Option<&Value>,
+) -> SummaryRow {
+    let s = summary.cloned().unwrap_or(Value::Null);
+    let after = &s["attribution_after_warmup"];
+    let policy =
+        s["policy"]["kind"]
+            .as_str()
+            .map(|k| match s["policy"]["implementation"].as_str() {
+                Some(i) => format!("{k}/{i}"),
+                None => k.to_string(),
+            });
+    SummaryRow {
+        cell: cell.name.clone(),
+        rate: cell.rate.clone(),
+        rate_bps: cell.rate_bps,
+        config: cell.config.clone(),
+        label: cell.label.clone(),
+        write_size: cell.write_size.clone(),
+        nodelay: cell.nodelay,
+        cc: cell.cc.clone(),
+        repetition: cell.repetition,
+        status: status.map_or("not run".into(), |st| st.status.clone()),
+        error: status.and_then(|st| st.error.clone()),
+        policy,
+        goodput_bps: s["totals"]["goodput_bps"].as_f64(),
+        sojourn_p50_us: u(&s["sojourn"]["p50_us"]),
+        sojourn_p95_us: u(&s["sojourn"]["p95_us"]),
+        sojourn_p99_us: u(&s["sojourn"]["p99_us"]),
+        sojourn_exact_p50_us: u(&s["sojourn_exact"]["p50_us"]),
+        sojourn_exact_p95_us: u(&s["sojourn_exact"]["p95_us"]),
+        exact: u(&after["exact"]),
+        coalesced: u(&after["coalesced"]),
+        missing: u(&after["missing"]),
+        unsent: u(&after["unsent"]),
+        writes: u(&s["totals"]["writes"]),
+        short_writes: u(&s["totals"]["short_writes"]),
+        retransmits: u(&s["totals"]["retransmits"]),
+        min_rtt_us: u(&s["min_rtt_us"]),
+        advance_p50_us: u(&s["advance_notice"]["p50_us"]),
+        invited_after_dry: u(&s["invited_after_dry"]),
+    }
+}
+
+/// `8.6 ms`, `280 ms`, `22.0 s`.
+pub fn fmt_delay(us: u64) -> String {
+    let ms = us as f64 / 1e3;
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else if ms < 100_000.0 {
+        format!("{:.2} s", ms / 1e3)
+    } else {
+        format!("{:.0} s", ms / 1e3)
+    }
+}
+
+/// `1.88 Mb/s`, `84 kb/s` (the report's units).
+pub fn fmt_rate(bps: f64) -> String {
+    if bps >= 1e6 {
+        format!("{:.2} Mb/s", bps / 1e6)
+    } else {
+        format!("{:.1} kb/s", bps / 1e3)
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The table row a cell belongs to: its configuration plus the axes that vary.
+fn row_key(spec: &MatrixSpec, row: &SummaryRow) -> String {
+    let mut key = row.label.clone();
+    let a = &spec.axes;
+    let mut extra = vec![];
+    if a.write_size.len() > 1 {
+        extra.push(row.write_size.clone());
+    }
+    if a.nodelay.len() > 1 {
+        extra.push(if row.nodelay {
+            "NODELAY".into()
+        } else {
+            "Nagle".into()
+        });
+    }
+    if a.cc.len() > 1 {
+        extra.push(row.cc.clone());
+    }
+    if !extra.is_empty() {
+        key.push_str(&format!(" ({})", extra.join(", ")));
+    }
+    key
+}
+
+/// One table cell from the rows of its repetitions.
+fn table_cell(rows: &[&SummaryRow]) -> String {
+    let ok: Vec<&&SummaryRow> = rows.iter().filter(|r| r.status == "ok").collect();
+    if ok.is_empty() {
+        let r = rows[0];
+        return match &r.error {
+            Some(e) => format!("{}: {}", r.status, e.replace('|', "/")),
+            None => r.status.clone(),
+        };
+    }
+    let p50 = median(
+        ok.iter()
+            .filter_map(|r| r.sojourn_p50_us)
+            .map(|v| v as f64)
+            .collect(),
+    );
+    let p95 = median(
+        ok.iter()
+            .filter_map(|r| r.sojourn_p95_us)
+            .map(|v| v as f64)
+            .collect(),
+    );
+    let gp = median(ok.iter().filter_map(|r| r.goodput_bps).collect());
+    let mut text = match (p50, p95) {
+        (Some(a), Some(b)) => format!("{} / {}", fmt_delay(a as u64), fmt_delay(b as u64)),
+        _ => "no sojourn measured".into(),
+    };
+    if let Some(g) = gp {
+        text.push_str(&format!(" @ {}", fmt_rate(g)));
+    }
+    // Say when the figures rest on part of the writes only.
+    let measured: u64 = ok
+        .iter()
+        .map(|r| r.exact.unwrap_or(0) + r.coalesced.unwrap_or(0))
+        .sum();
+    let all: u64 = ok
+        .iter()
+        .map(|r| {
+            r.exact.unwrap_or(0)
+                + r.coalesced.unwrap_or(0)
+                + r.missing.unwrap_or(0)
+                + r.unsent.unwrap_or(0)
+        })
+        .sum();
+    if all > 0 && measured * 100 < all * 95 {
+        text.push_str(&format!(
+            " (on {measured} of {all} writes: the rest had not left the socket)"
+        ));
+    }
+    if ok.len() > 1 {
+        text.push_str(&format!(" [median of {} runs]", ok.len()));
+    }
+    text
+}
+
+/// table.md in the report's layout: rows = sender configuration, columns = rate,
+/// cells "median / p95 @ goodput".
+pub fn table_md(spec: &MatrixSpec, rows: &[SummaryRow]) -> String {
+    let rates: Vec<String> = spec.axes.rate.clone();
+    let mut keys: Vec<String> = vec![];
+    let mut by: BTreeMap<(String, String), Vec<&SummaryRow>> = BTreeMap::new();
+    for r in rows {
+        let k = row_key(spec, r);
+        if !keys.contains(&k) {
+            keys.push(k.clone());
+        }
+        by.entry((k, r.rate.clone())).or_default().push(r);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| sender configuration | {} |",
+        rates
+            .iter()
+            .map(|r| rate_header(r))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    let _ = writeln!(out, "|---|{}", "---|".repeat(rates.len()));
+    for k in &keys {
+        let cells: Vec<String> = rates
+            .iter()
+            .map(|rate| {
+                by.get(&(k.clone(), rate.clone()))
+                    .map_or("—".into(), |rs| table_cell(rs))
+            })
+            .collect();
+        let _ = writeln!(out, "| {} | {} |", k, cells.join(" | "));
+    }
+    out.push_str("\nCells: median / p95 source queueing delay (write → last byte at TX_SCHED, exact and coalesced writes after the warm-up) @ goodput (acknowledged bytes after the warm-up).\n");
+    for rate in &rates {
+        if let Some(note) = spec.rates.get(rate).and_then(|o| o.note.as_ref()) {
+            let _ = writeln!(out, "\n{}: {note}", rate_header(rate));
+        }
+    }
+    out
+}
+
+fn rate_header(rate: &str) -> String {
+    match super::spec::parse_rate(rate) {
+        Ok(Some(bps)) => fmt_rate(bps as f64)
+            .replace(".00 Mb/s", " Mb/s")
+            .replace(".0 kb/s", " kb/s"),
+        _ => "unshaped".into(),
+    }
+}
+
+/// Sojourns (ms) of a cell's measured writes after the warm-up, with their write times.
+fn cell_sojourns(dir: &Path) -> Vec<(f64, f64)> {
+    let Ok(mut r) = csv::Reader::from_path(dir.join("writes.csv")) else {
+        return vec![];
+    };
+    let headers = r.headers().cloned().unwrap_or_default();
+    let idx = |name: &str| headers.iter().position(|h| h == name);
+    let (Some(iw), Some(is), Some(iwu)) = (idx("write_ns"), idx("sojourn_us"), idx("warmup"))
+    else {
+        return vec![];
+    };
+    let mut out = vec![];
+    let mut t0 = None;
+    for rec in r.records().map_while(Result::ok) {
+        let w: f64 = rec.get(iw).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let t0 = *t0.get_or_insert(w);
+        if rec.get(iwu) == Some("true") {
+            continue;
+        }
+        if let Some(s) = rec.get(is).and_then(|v| v.parse::<f64>().ok()) {
+            out.push(((w - t0) / 1e9, s / 1e3));
+        }
+    }
+    out
+}
+
+fn cell_notsent(dir: &Path) -> Vec<(f64, f64)> {
+    let Ok(mut r) = csv::Reader::from_path(dir.join("intervals.csv")) else {
+        return vec![];
+    };
+    let headers = r.headers().cloned().unwrap_or_default();
+    let (Some(ie), Some(inb)) = (
+        headers.iter().position(|h| h == "end_s"),
+        headers.iter().position(|h| h == "notsent_bytes"),
+    ) else {
+        return vec![];
+    };
+    r.records()
+        .map_while(Result::ok)
+        .filter_map(|rec| {
+            Some((
+                rec.get(ie)?.parse().ok()?,
+                rec.get(inb)?.parse::<f64>().ok()? / 1e3,
+            ))
+        })
+        .collect()
+}
+
+/// Writes summary.csv, table.md and the plots into `run_dir`.
+pub fn write_all(run_dir: &Path, spec: &MatrixSpec, cells: &[Cell]) -> Result<String, String> {
+    let mut rows = vec![];
+    for c in cells {
+        let dir = run_dir.join(&c.name);
+        let status: Option<CellStatus> = std::fs::read_to_string(dir.join("cell.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let summary: Option<Value> = std::fs::read_to_string(dir.join("summary.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        rows.push(summary_row(c, status.as_ref(), summary.as_ref()));
+    }
+    let mut w = csv::Writer::from_path(run_dir.join("summary.csv")).map_err(|e| e.to_string())?;
+    for r in &rows {
+        w.serialize(r).map_err(|e| e.to_string())?;
+    }
+    w.flush().map_err(|e| e.to_string())?;
+    let table = table_md(spec, &rows);
+    let title = format!(
+        "# {}\n\n{}\n\n",
+        spec.name.clone().unwrap_or_default(),
+        spec.description.trim()
+    );
+    std::fs::write(run_dir.join("table.md"), format!("{title}{table}"))
+        .map_err(|e| e.to_string())?;
+    write_plots(run_dir, spec, cells, &rows)?;
+    Ok(table)
+}
+
+fn write_plots(
+    run_dir: &Path,
+    spec: &MatrixSpec,
+    cells: &[Cell],
+    rows: &[SummaryRow],
+) -> Result<(), String> {
+    let plots = run_dir.join("plots");
+    std::fs::create_dir_all(&plots).map_err(|e| e.to_string())?;
+    let write = |name: &str, charts: &[Chart]| {
+        std::fs::write(plots.join(name), svg::render(charts)).map_err(|e| format!("{name}: {e}"))
+    };
+    // Per rate: the sojourn CDF of every configuration on one log axis.
+    for rate in &spec.axes.rate {
+        let mut chart = Chart {
+            title: format!("Sojourn CDF at {}", rate_header(rate)),
+            x_label: "sojourn (ms, log)".into(),
+            y_label: "fraction of writes".into(),
+            x_log: true,
+            ..Default::default()
+        };
+        let mut by_row: BTreeMap<String, (usize, Vec<f64>)> = BTreeMap::new();
+        for (i, (c, r)) in cells
+            .iter()
+            .zip(rows)
+            .enumerate()
+            .filter(|(_, (c, _))| &c.rate == rate)
+        {
+            let entry = by_row.entry(row_key(spec, r)).or_insert((i, vec![]));
+            entry.1.extend(
+                cell_sojourns(&run_dir.join(&c.name))
+                    .into_iter()
+                    .map(|p| p.1),
+            );
+        }
+        let mut ordered: Vec<(String, (usize, Vec<f64>))> = by_row.into_iter().collect();
+        ordered.sort_by_key(|(_, (i, _))| *i);
+        for (name, (_, mut v)) in ordered {
+            chart.series.push(Series {
+                name,
+                points: svg::cdf(&mut v, 600),
+                style: Style::Line,
+            });
+        }
+        write(&format!("cdf-{}.svg", rate.to_ascii_lowercase()), &[chart])?;
+    }
+    // Per cell: sojourn and notsent over time.
+    for c in cells {
+        let dir = run_dir.join(&c.name);
+        let mut soj = cell_sojourns(&dir);
+        if soj.len() > 3000 {
+            let step = soj.len() / 3000 + 1;
+            soj = soj.into_iter().step_by(step).collect();
+        }
+        let a = Chart {
+            title: format!("{}: sojourn per write", c.name),
+            x_label: "time since first write (s)".into(),
+            y_label: "sojourn (ms)".into(),
+            series: vec![Series {
+                name: "sojourn".into(),
+                points: soj,
+                style: Style::Points,
+            }],
+            ..Default::default()
+        };
+        let b = Chart {
+            title: format!("{}: unsent bytes at each interval's end", c.name),
+            x_label: "time since connect (s)".into(),
+            y_label: "notsent (kB)".into(),
+            series: vec![Series {
+                name: "notsent".into(),
+                points: cell_notsent(&dir),
+                style: Style::Line,
+            }],
+            ..Default::default()
+        };
+        write(&format!("cell-{}.svg", c.name), &[a, b])?;
+    }
+    // Goodput against median sojourn, one series per rate.
+    let mut chart = Chart {
+        title: "Goodput against median sojourn".into(),
+        x_label: "median sojourn (ms, log)".into(),
+        y_label: "goodput (Mb/s)".into(),
+        x_log: true,
+        ..Default::default()
+    };
+    for rate in &spec.axes.rate {
+        let pts: Vec<(f64, f64, String)> = rows
+            .iter()
+            .filter(|r| &r.rate == rate && r.status == "ok")
+            .filter_map(|r| {
+                Some((
+                    r.sojourn_p50_us? as f64 / 1e3,
+                    r.goodput_bps? / 1e6,
+                    r.config.clone(),
+                ))
+            })
+            .collect();
+        chart.annotations.extend(pts.iter().cloned());
+        chart.series.push(Series {
+            name: rate_header(rate),
+            points: pts.iter().map(|p| (p.0, p.1)).collect(),
+            style: Style::Points,
+        });
+    }
+    write("goodput-vs-sojourn.svg", &[chart])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(label: &str, rate: &str, p50: u64, p95: u64, gp: f64) -> SummaryRow {
+        SummaryRow {
+            cell: format!("{rate}-{label}"),
+            rate: rate.into(),
+            rate_bps: None,
+            config: label.into(),
+            label: label.into(),
+            write_size: "64KiB".into(),
+            nodelay: false,
+            cc: "cubic".into(),
+            repetition: 1,
+            status: "ok".into(),
+            error: None,
+            policy: None,
+            goodput_bps: Some(gp),
+            sojourn_p50_us: Some(p50),
+            sojourn_p95_us: Some(p95),
+            sojourn_p99_us: None,
+            sojourn_exact_p50_us: None,
+            sojourn_exact_p95_us: None,
+            exact: Some(100),
+            coalesced: Some(0),
+            missing: Some(0),
+            unsent: Some(0),
+            writes: None,
+            short_writes: None,
+            retransmits: None,
+            min_rtt_us: None,
+            advance_p50_us: None,
+            invited_after_dry: None,
+        }
+    }
+
+    #[test]
+    fn units_read_like_the_report() {
+        assert_eq!(fmt_delay(8_600), "8.6 ms");
+        assert_eq!(fmt_delay(280_000), "280 ms");
+        assert_eq!(fmt_delay(22_000_000), "22.00 s");
+        assert_eq!(fmt_rate(1_880_000.0), "1.88 Mb/s");
+        assert_eq!(fmt_rate(84_000.0), "84.0 kb/s");
+    }
+
+    #[test]
+    fn table_has_rows_per_configuration_and_columns_per_rate() {
+        let spec = MatrixSpec::parse("[axes]\nrate = [\"2mbit\", \"86mbit\"]\nconfig = [\"a\", \"b\"]\n[configs.a]\n[configs.b]\n").unwrap();
+        let mut failed = row("b", "86mbit", 0, 0, 0.0);
+        failed.status = "failed".into();
+        failed.error = Some("sbm-send exited 1".into());
+        let rows = vec![
+            row("a", "2mbit", 22_000_000, 23_400_000, 1.81e6),
+            row("a", "86mbit", 1_310_000, 2_000_000, 28.7e6),
+            row("b", "2mbit", 280_000, 370_000, 1.88e6),
+            failed,
+        ];
+        let t = table_md(&spec, &rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "| sender configuration | 2 Mb/s | 86 Mb/s |");
+        assert_eq!(
+            lines[2],
+            "| a | 22.00 s / 23.40 s @ 1.81 Mb/s | 1.31 s / 2.00 s @ 28.70 Mb/s |"
+        );
+        assert_eq!(
+            lines[3],
+            "| b | 280 ms / 370 ms @ 1.88 Mb/s | failed: sbm-send exited 1 |"
+        );
+    }
+
+    #[test]
+    fn partial_coverage_is_stated() {
+        let spec = MatrixSpec::parse("[axes]\nconfig = [\"a\"]\n[configs.a]\n").unwrap();
+        let mut r = row("a", "2mbit", 1, 2, 1.0);
+        r.unsent = Some(900);
+        let t = table_md(&spec, &[r]);
+        assert!(
+            t.contains("(on 100 of 1000 writes: the rest had not left the socket)"),
+            "{t}"
+        );
+    }
+}

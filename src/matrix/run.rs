@@ -1,0 +1,611 @@
+//! Running a matrix on the emulated path: bring the path up once, set the bottleneck per
+//! cell in place, run sbm-sink and sbm-send in their namespaces, collect, tear down — on
+//! success, on failure and on Ctrl-C. Finished cells are never touched again; `--resume`
+//! runs only the cells without an `ok` cell.json.
+
+use std::fs::File;
+use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::poll::{poll, PollFd, PollFlags};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde::Serialize;
+
+use super::report::{self, CellStatus};
+use super::spec::{Cell, MatrixSpec};
+use crate::signals::StopSignals;
+use crate::sysinfo;
+use crate::testbed::{status, wan};
+
+pub const SINK_PORT: u16 = 5301;
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub matrix: PathBuf,
+    pub out: Option<PathBuf>,
+    pub only: Option<String>,
+    pub resume: bool,
+    pub dry_run: bool,
+    pub prefix: Option<String>,
+}
+
+fn now_unix_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// UTC time as `20261129T193000Z`, for run directory names.
+pub fn utc_stamp() -> String {
+    let s = now_unix_s();
+    let (days, rem) = (s / 86_400, s % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Loads a matrix file; its name defaults to the file's stem.
+pub fn load(path: &Path) -> Result<(MatrixSpec, String), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut spec = MatrixSpec::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if spec.name.is_none() {
+        spec.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    }
+    spec.validate()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((spec, text))
+}
+
+/// A rough wall time of one cell: the run, a drain, the pause and set-up.
+pub fn estimate(spec: &MatrixSpec, cell: &Cell) -> Duration {
+    let pause = crate::units::parse_duration_or_zero(&spec.pause).unwrap_or_default();
+    cell.duration
+        + cell.drain_timeout.unwrap_or(Duration::from_secs(5))
+        + pause
+        + Duration::from_secs(3)
+}
+
+fn fmt_dur(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{}:{:02}", s / 60, s % 60)
+}
+
+fn bin_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn git_commit() -> String {
+    Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The emulated path for the whole run; torn down when dropped.
+struct PathGuard {
+    prefix: String,
+}
+
+impl Drop for PathGuard {
+    fn drop(&mut self) {
+        for p in wan::down(&self.prefix) {
+            eprintln!("sbm-matrix: {p}");
+        }
+    }
+}
+
+enum Waited {
+    Exited(ExitStatus),
+    TimedOut,
+    Interrupted,
+}
+
+/// Waits for `child`, a timeout, or SIGINT/SIGTERM, whichever comes first.
+fn wait_child(child: &mut Child, timeout: Duration, signals: &StopSignals) -> Waited {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Waited::Exited(st);
+        }
+        if Instant::now() >= deadline {
+            return Waited::TimedOut;
+        }
+        let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+        if poll(&mut fds, 100u16).is_ok_and(|n| n > 0) && signals.take().is_some() {
+            return Waited::Interrupted;
+        }
+    }
+}
+
+fn stop_child(child: &mut Child, sig: Signal, grace: Duration) -> Option<ExitStatus> {
+    let _ = kill(Pid::from_raw(child.id() as i32), sig);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait().ok()
+}
+
+/// meta.json of a cell.
+#[derive(Serialize)]
+struct Meta {
+    sbm_version: &'static str,
+    git_commit: String,
+    kernel_release: String,
+    sysctls: std::collections::BTreeMap<String, String>,
+    cell: String,
+    rate: String,
+    config: String,
+    label: String,
+    write_size: String,
+    nodelay: bool,
+    cc: String,
+    repetition: u32,
+    sink_command: Vec<String>,
+    send_command: Vec<String>,
+    testbed_before: serde_json::Value,
+    testbed_after: serde_json::Value,
+}
+
+fn testbed_status(prefix: &str) -> serde_json::Value {
+    wan::load_state(prefix)
+        .map(|st| serde_json::to_value(status::collect(&st)).unwrap_or_default())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn spawn_logged(args: &[String], log: &Path) -> Result<Child, String> {
+    let f = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let f2 = f.try_clone().map_err(|e| e.to_string())?;
+    Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(f)
+        .stderr(f2)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", args[0]))
+}
+
+fn last_error_line(log: &Path, program: &str) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .rev()
+        .find(|l| l.starts_with(&format!("{program}:")) || l.contains("error"))
+        .map(str::to_string)
+}
+
+/// Runs one cell in `dir`. Returns its status and whether the run was interrupted.
+fn run_cell(
+    spec: &MatrixSpec,
+    prefix: &str,
+    cell: &Cell,
+    dir: &Path,
+    signals: &StopSignals,
+) -> (CellStatus, bool) {
+    let started = now_unix_s();
+    let mut st = CellStatus {
+        name: cell.name.clone(),
+        status: "failed".into(),
+        error: None,
+        send_exit: None,
+        sink_exit: None,
+        started_unix_s: started,
+        ended_unix_s: started,
+    };
+    let _ = std::fs::create_dir_all(dir);
+    let names = wan::Names::new(prefix);
+    let bins = bin_dir();
+    let queue =
+        crate::units::parse_duration(&spec.path.queue).unwrap_or(Duration::from_millis(200));
+    if let Some(state) = wan::load_state(prefix) {
+        if state.rate_bps != cell.rate_bps || state.queue_us != queue.as_micros() as u64 {
+            if let Err(e) = wan::set(prefix, cell.rate_bps, Some(queue)) {
+                st.error = Some(format!("setting the bottleneck: {e}"));
+                st.ended_unix_s = now_unix_s();
+                return (st, false);
+            }
+        }
+    }
+    let before = testbed_status(prefix);
+    let sink_cmd: Vec<String> = vec![
+        "ip".into(),
+        "netns".into(),
+        "exec".into(),
+        names.rcv.clone(),
+        bins.join("sbm-sink").to_string_lossy().into_owned(),
+        "--listen".into(),
+        format!("{}:{SINK_PORT}", wan::RCV_ADDR),
+        "--once".into(),
+        "--out".into(),
+        dir.to_string_lossy().into_owned(),
+        "-q".into(),
+    ];
+    let mut send_cmd: Vec<String> = vec![
+        "ip".into(),
+        "netns".into(),
+        "exec".into(),
+        names.snd.clone(),
+        bins.join("sbm-send").to_string_lossy().into_owned(),
+        "--connect".into(),
+        format!("{}:{SINK_PORT}", wan::RCV_ADDR),
+        "-t".into(),
+        format!("{}ms", cell.duration.as_millis()),
+        "--warmup".into(),
+        format!("{}ms", cell.warmup.as_millis()),
+        "-i".into(),
+        spec.interval.clone(),
+        "--out".into(),
+        dir.to_string_lossy().into_owned(),
+        "--label".into(),
+        cell.label.clone(),
+        "-l".into(),
+        cell.write_size.clone(),
+        "--cc".into(),
+        cell.cc.clone(),
+    ];
+    if cell.nodelay {
+        send_cmd.push("--nodelay".into());
+    }
+    if let Some(d) = cell.drain_timeout {
+        send_cmd.extend(["--drain-timeout".into(), format!("{}ms", d.as_millis())]);
+    }
+    send_cmd.extend(cell.args.iter().cloned());
+
+    let sink_log = dir.join("sink.log");
+    let mut sink = match spawn_logged(&sink_cmd, &sink_log) {
+        Ok(c) => c,
+        Err(e) => {
+            st.error = Some(e);
+            return (st, false);
+        }
+    };
+    // Wait for the sink to listen before the sender connects.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&sink_log).is_ok_and(|t| t.contains("listening on")) {
+        if Instant::now() >= deadline || sink.try_wait().ok().flatten().is_some() {
+            st.error = Some(
+                last_error_line(&sink_log, "sbm-sink")
+                    .unwrap_or_else(|| "sbm-sink did not start".into()),
+            );
+            stop_child(&mut sink, Signal::SIGTERM, Duration::from_secs(2));
+            return (st, false);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let send_log = dir.join("send.log");
+    let mut send = match spawn_logged(&send_cmd, &send_log) {
+        Ok(c) => c,
+        Err(e) => {
+            st.error = Some(e);
+            stop_child(&mut sink, Signal::SIGTERM, Duration::from_secs(2));
+            return (st, false);
+        }
+    };
+    let limit = cell.duration
+        + cell.drain_timeout.unwrap_or(Duration::from_secs(60))
+        + Duration::from_secs(60);
+    let mut interrupted = false;
+    let send_status = match wait_child(&mut send, limit, signals) {
+        Waited::Exited(s) => Some(s),
+        Waited::TimedOut => {
+            st.error = Some(format!(
+                "sbm-send still running after {}s: stopped",
+                limit.as_secs()
+            ));
+            stop_child(&mut send, Signal::SIGINT, Duration::from_secs(30))
+        }
+        Waited::Interrupted => {
+            interrupted = true;
+            stop_child(&mut send, Signal::SIGINT, Duration::from_secs(30))
+        }
+    };
+    st.send_exit = send_status.and_then(|s| s.code());
+    // The sink exits by itself (--once) when the sender's connection ends.
+    let sink_status = match wait_child(&mut sink, Duration::from_secs(15), signals) {
+        Waited::Exited(s) => Some(s),
+        Waited::Interrupted => {
+            interrupted = true;
+            stop_child(&mut sink, Signal::SIGTERM, Duration::from_secs(5))
+        }
+        Waited::TimedOut => stop_child(&mut sink, Signal::SIGTERM, Duration::from_secs(5)),
+    };
+    st.sink_exit = sink_status.and_then(|s| s.code());
+    let meta = Meta {
+        sbm_version: env!("CARGO_PKG_VERSION"),
+        git_commit: git_commit(),
+        kernel_release: sysinfo::kernel_release(),
+        sysctls: sysinfo::relevant_sysctls(),
+        cell: cell.name.clone(),
+        rate: cell.rate.clone(),
+        config: cell.config.clone(),
+        label: cell.label.clone(),
+        write_size: cell.write_size.clone(),
+        nodelay: cell.nodelay,
+        cc: cell.cc.clone(),
+        repetition: cell.repetition,
+        sink_command: sink_cmd,
+        send_command: send_cmd,
+        testbed_before: before,
+        testbed_after: testbed_status(prefix),
+    };
+    let _ = std::fs::write(
+        dir.join("meta.json"),
+        serde_json::to_string_pretty(&meta).unwrap_or_default() + "\n",
+    );
+    st.status = if interrupted {
+        "interrupted".into()
+    } else if st.send_exit == Some(0) && st.error.is_none() {
+        "ok".into()
+    } else {
+        st.error.get_or_insert_with(|| {
+            last_error_line(&send_log, "sbm-send")
+                .unwrap_or_else(|| format!("sbm-send exited with {:?}", st.send_exit))
+        });
+        "failed".into()
+    };
+    st.ended_unix_s = now_unix_s();
+    (st, interrupted)
+}
+
+fn read_status(dir: &Path) -> Option<CellStatus> {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("cell.json")).ok()?).ok()
+}
+
+/// `sbm-matrix run`. Returns the exit status.
+pub fn run(opts: &RunOptions) -> Result<i32, String> {
+    // With --resume the run directory's own copy of the matrix is authoritative.
+    let (spec, text, run_dir) = if opts.resume {
+        let dir = opts
+            .out
+            .clone()
+            .ok_or("--resume needs --out DIR, the run directory to complete")?;
+        let stored = dir.join("matrix.toml");
+        if !stored.exists() {
+            return Err(format!(
+                "{} has no matrix.toml: not a run directory",
+                dir.display()
+            ));
+        }
+        let (mut spec, text) = load(&stored)?;
+        if let Ok((given, _)) = load(&opts.matrix) {
+            spec.name = given.name;
+        }
+        (spec, text, dir)
+    } else {
+        let (spec, text) = load(&opts.matrix)?;
+        let dir = opts.out.clone().unwrap_or_else(|| {
+            PathBuf::from("results").join(format!(
+                "{}-{}",
+                spec.name.clone().unwrap_or_default(),
+                utc_stamp()
+            ))
+        });
+        (spec, text, dir)
+    };
+    let all = spec.cells().map_err(|e| e.to_string())?;
+    let filters: Vec<&str> = opts
+        .only
+        .as_deref()
+        .map(|f| f.split(',').collect())
+        .unwrap_or_default();
+    let selected: Vec<&Cell> = all
+        .iter()
+        .filter(|c| filters.is_empty() || filters.iter().any(|f| c.name.contains(f)))
+        .collect();
+    if selected.is_empty() {
+        return Err(format!(
+            "--only {:?} matches no cell",
+            opts.only.as_deref().unwrap_or("")
+        ));
+    }
+    let todo: Vec<&Cell> = selected
+        .iter()
+        .copied()
+        .filter(|c| {
+            !opts.resume || read_status(&run_dir.join(&c.name)).is_none_or(|s| s.status != "ok")
+        })
+        .collect();
+    let total: Duration = todo.iter().map(|c| estimate(&spec, c)).sum();
+    if opts.dry_run {
+        println!(
+            "matrix {}: {} cells to run, about {} in all",
+            spec.name.clone().unwrap_or_default(),
+            todo.len(),
+            fmt_dur(total)
+        );
+        for c in &todo {
+            println!(
+                "  {:<40} {:<8} {:<28} {:>7} {}{} {:>5} ~{}",
+                c.name,
+                c.rate,
+                c.label,
+                c.write_size,
+                c.cc,
+                if c.nodelay { " nodelay" } else { "" },
+                format!("{}s", c.duration.as_secs()),
+                fmt_dur(estimate(&spec, c)),
+            );
+        }
+        return Ok(0);
+    }
+    if !nix::unistd::geteuid().is_root() {
+        return Err("the matrix runs on the emulated path and needs root (network namespaces, tc, iptables)".into());
+    }
+    std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+    // The run directory keeps its own copy, named, so that `report` and `--resume` need
+    // nothing else.
+    let stored = if MatrixSpec::parse(&text).is_ok_and(|m| m.name.is_some()) {
+        text.clone()
+    } else {
+        format!("name = {:?}\n{text}", spec.name.clone().unwrap_or_default())
+    };
+    std::fs::write(run_dir.join("matrix.toml"), stored).map_err(|e| e.to_string())?;
+    let signals = StopSignals::install().map_err(|e| format!("signalfd: {e}"))?;
+
+    let prefix = opts
+        .prefix
+        .clone()
+        .unwrap_or_else(|| format!("mx{}", std::process::id() % 1_000_000));
+    let path = wan::WanSpec {
+        prefix: prefix.clone(),
+        rtt: crate::units::parse_duration_or_zero(&spec.path.rtt).map_err(|e| e.to_string())?,
+        rate_bps: todo.first().and_then(|c| c.rate_bps),
+        queue: crate::units::parse_duration(&spec.path.queue).map_err(|e| e.to_string())?,
+        shape_at: if spec.path.shape_at == "ingress" {
+            wan::ShapeAt::Ingress
+        } else {
+            wan::ShapeAt::Wan
+        },
+        delay_impl: match spec.path.delay_impl.as_str() {
+            "netem" => wan::DelayImpl::Netem,
+            "nfqueue" => wan::DelayImpl::Nfqueue,
+            _ => wan::DelayImpl::Auto,
+        },
+        owner: std::process::id(),
+    };
+    println!(
+        "sbm-matrix: {} cells -> {} (about {})",
+        todo.len(),
+        run_dir.display(),
+        fmt_dur(total)
+    );
+    let mut exit = 0;
+    {
+        let _guard = PathGuard {
+            prefix: prefix.clone(),
+        };
+        wan::up(&path).map_err(|e| format!("emulated path: {e}"))?;
+        let tty = std::io::stdout().is_terminal();
+        let mut left = total;
+        let pause = crate::units::parse_duration_or_zero(&spec.pause).unwrap_or_default();
+        for (k, cell) in todo.iter().enumerate() {
+            if k > 0 && !pause.is_zero() {
+                let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+                let ms = u16::try_from(pause.as_millis()).unwrap_or(u16::MAX);
+                if poll(&mut fds, ms).is_ok_and(|n| n > 0) && signals.take().is_some() {
+                    exit = 130;
+                    break;
+                }
+            }
+            let line = format!(
+                "[{}/{}] {} (ETA {})",
+                k + 1,
+                todo.len(),
+                cell.name,
+                fmt_dur(left)
+            );
+            if tty {
+                print!("\r\x1b[2K{line}");
+            } else {
+                println!("{line}");
+            }
+            let _ = std::io::stdout().flush();
+            let dir = run_dir.join(&cell.name);
+            let (st, interrupted) = run_cell(&spec, &prefix, cell, &dir, &signals);
+            let _ = std::fs::write(
+                dir.join("cell.json"),
+                serde_json::to_string_pretty(&st).unwrap_or_default() + "\n",
+            );
+            left = left.saturating_sub(estimate(&spec, cell));
+            let summary: Option<serde_json::Value> =
+                std::fs::read_to_string(dir.join("summary.json"))
+                    .ok()
+                    .and_then(|t| serde_json::from_str(&t).ok());
+            let row = report::summary_row(cell, Some(&st), summary.as_ref());
+            let result = match (row.sojourn_p50_us, row.sojourn_p95_us, row.goodput_bps) {
+                _ if st.status != "ok" => {
+                    format!("{}: {}", st.status, st.error.clone().unwrap_or_default())
+                }
+                (Some(a), Some(b), Some(g)) => {
+                    format!(
+                        "{} / {} @ {}",
+                        report::fmt_delay(a),
+                        report::fmt_delay(b),
+                        report::fmt_rate(g)
+                    )
+                }
+                _ => "no sojourn measured".into(),
+            };
+            if tty {
+                println!(
+                    "\r\x1b[2K[{}/{}] {}: {result}",
+                    k + 1,
+                    todo.len(),
+                    cell.name
+                );
+            } else {
+                println!("  {}: {result}", cell.name);
+            }
+            if interrupted {
+                exit = 130;
+                break;
+            }
+            if st.status != "ok" {
+                exit = 1;
+            }
+        }
+    }
+    let table = report::write_all(&run_dir, &spec, &all).map_err(|e| format!("report: {e}"))?;
+    println!("\n{table}");
+    println!(
+        "results: {}/ (summary.csv, table.md, plots/, one directory per cell)",
+        run_dir.display()
+    );
+    if exit == 130 {
+        println!(
+            "interrupted: finished cells are kept; complete the run with: scripts/matrix run {} --out {} --resume",
+            opts.matrix.display(),
+            run_dir.display()
+        );
+    }
+    Ok(exit)
+}
+
+/// `sbm-matrix report DIR`.
+pub fn rebuild_report(dir: &Path) -> Result<String, String> {
+    let (spec, _) = load(&dir.join("matrix.toml"))?;
+    let cells = spec.cells().map_err(|e| e.to_string())?;
+    report::write_all(dir, &spec, &cells)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps_look_right() {
+        let s = utc_stamp();
+        assert_eq!(s.len(), 16);
+        assert!(
+            s.starts_with("20") && s.ends_with('Z') && s.as_bytes()[8] == b'T',
+            "{s}"
+        );
+    }
+}

@@ -1,0 +1,327 @@
+//! A small SVG chart writer: line and point series on linear or log axes, a legend, and
+//! several panels per file. Pure string building, so plots are reproducible byte for byte.
+
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Line,
+    Points,
+}
+
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    pub style: Style,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Chart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub x_log: bool,
+    pub series: Vec<Series>,
+    /// Labels drawn next to points: (x, y, text).
+    pub annotations: Vec<(f64, f64, String)>,
+}
+
+const COLORS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+];
+const WIDTH: f64 = 760.0;
+const PANEL_HEIGHT: f64 = 380.0;
+const MARGIN_L: f64 = 70.0;
+const MARGIN_R: f64 = 190.0;
+const MARGIN_T: f64 = 34.0;
+const MARGIN_B: f64 = 48.0;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Tick values and labels for an axis.
+fn ticks(lo: f64, hi: f64, log: bool) -> Vec<(f64, String)> {
+    if log {
+        let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+        return (a..=b)
+            .map(|e| (10f64.powi(e), fmt_num(10f64.powi(e))))
+            .collect();
+    }
+    let span = (hi - lo).max(1e-12);
+    let raw = span / 6.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| span / s <= 7.0)
+        .unwrap_or(10.0 * mag);
+    let mut v = (lo / step).floor() * step;
+    let mut out = vec![];
+    while v <= hi + step * 1e-9 {
+        if v >= lo - step * 1e-9 {
+            out.push((v, fmt_num(v)));
+        }
+        v += step;
+    }
+    out
+}
+
+fn fmt_num(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 1000.0 || v.abs() < 0.01 {
+        format!("{v:.0e}")
+    } else if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round() as i64)
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+fn bounds(chart: &Chart) -> Option<(f64, f64, f64, f64)> {
+    let pts = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .filter(|(x, y)| x.is_finite() && y.is_finite() && (!chart.x_log || *x > 0.0));
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    let mut any = false;
+    for &(x, y) in pts {
+        any = true;
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if !any {
+        return None;
+    }
+    if chart.x_log {
+        x0 = 10f64.powf(x0.log10().floor());
+        x1 = 10f64.powf(x1.log10().ceil().max(x0.log10() + 1.0));
+    } else if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    y0 = y0.min(0.0);
+    if y1 <= y0 {
+        y1 = y0 + 1.0;
+    }
+    Some((x0, x1, y0, y1 * 1.05))
+}
+
+fn panel(out: &mut String, chart: &Chart, top: f64) {
+    let plot_w = WIDTH - MARGIN_L - MARGIN_R;
+    let plot_h = PANEL_HEIGHT - MARGIN_T - MARGIN_B;
+    let (px, py) = (MARGIN_L, top + MARGIN_T);
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" font-size="14" font-weight="bold">{}</text>"#,
+        px,
+        top + 20.0,
+        esc(&chart.title)
+    );
+    let Some((x0, x1, y0, y1)) = bounds(chart) else {
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{}" font-size="12">no data</text>"#,
+            px + 10.0,
+            py + plot_h / 2.0
+        );
+        return;
+    };
+    let sx = |x: f64| {
+        let f = if chart.x_log {
+            (x.log10() - x0.log10()) / (x1.log10() - x0.log10())
+        } else {
+            (x - x0) / (x1 - x0)
+        };
+        px + f * plot_w
+    };
+    let sy = |y: f64| py + plot_h - (y - y0) / (y1 - y0) * plot_h;
+    let _ = writeln!(
+        out,
+        r##"<rect x="{px}" y="{py}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#444"/>"##
+    );
+    for (v, label) in ticks(x0, x1, chart.x_log) {
+        let x = sx(v);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{x:.1}" y1="{py}" x2="{x:.1}" y2="{}" stroke="#ddd"/>"##,
+            py + plot_h
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{x:.1}" y="{}" font-size="11" text-anchor="middle">{label}</text>"#,
+            py + plot_h + 15.0
+        );
+    }
+    for (v, label) in ticks(y0, y1, false) {
+        let y = sy(v);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{px}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/>"##,
+            px + plot_w
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{label}</text>"#,
+            px - 5.0,
+            y + 4.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>"#,
+        px + plot_w / 2.0,
+        py + plot_h + 36.0,
+        esc(&chart.x_label)
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" font-size="12" text-anchor="middle" transform="rotate(-90 {} {})">{}</text>"#,
+        px - 50.0,
+        py + plot_h / 2.0,
+        px - 50.0,
+        py + plot_h / 2.0,
+        esc(&chart.y_label)
+    );
+    for (i, s) in chart.series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite() && (!chart.x_log || *x > 0.0))
+            .map(|&(x, y)| (sx(x), sy(y)))
+            .collect();
+        match s.style {
+            Style::Line if pts.len() > 1 => {
+                let d: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+                let _ = writeln!(
+                    out,
+                    r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
+                    d.join(" ")
+                );
+            }
+            _ => {
+                for (x, y) in &pts {
+                    let _ = writeln!(
+                        out,
+                        r#"<circle cx="{x:.1}" cy="{y:.1}" r="2.5" fill="{color}"/>"#
+                    );
+                }
+            }
+        }
+        let ly = py + 14.0 + i as f64 * 18.0;
+        let lx = px + plot_w + 12.0;
+        let _ = writeln!(
+            out,
+            r#"<rect x="{lx}" y="{}" width="12" height="4" fill="{color}"/>"#,
+            ly - 6.0
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{ly}" font-size="11">{}</text>"#,
+            lx + 18.0,
+            esc(&s.name)
+        );
+    }
+    for (x, y, text) in &chart.annotations {
+        if (!chart.x_log || *x > 0.0) && x.is_finite() && y.is_finite() {
+            let _ = writeln!(
+                out,
+                r#"<text x="{:.1}" y="{:.1}" font-size="10">{}</text>"#,
+                sx(*x) + 4.0,
+                sy(*y) - 4.0,
+                esc(text)
+            );
+        }
+    }
+}
+
+/// One SVG document with the charts stacked vertically.
+pub fn render(charts: &[Chart]) -> String {
+    let height = PANEL_HEIGHT * charts.len().max(1) as f64;
+    let mut out = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif">"#
+    );
+    out.push('\n');
+    out.push_str(r#"<rect width="100%" height="100%" fill="white"/>"#);
+    out.push('\n');
+    for (i, c) in charts.iter().enumerate() {
+        panel(&mut out, c, i as f64 * PANEL_HEIGHT);
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The empirical CDF of `values` as (value, fraction ≤ value) points, at most `max_points`.
+pub fn cdf(values: &mut [f64], max_points: usize) -> Vec<(f64, f64)> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return vec![];
+    }
+    let step = (n / max_points.max(1)).max(1);
+    let mut pts: Vec<(f64, f64)> = (0..n)
+        .step_by(step)
+        .map(|i| (values[i], (i + 1) as f64 / n as f64))
+        .collect();
+    if pts.last().map(|p| p.1) != Some(1.0) {
+        pts.push((values[n - 1], 1.0));
+    }
+    pts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cdf_ends_at_one_and_is_sorted() {
+        let mut v = vec![3.0, 1.0, 2.0, 4.0];
+        let c = cdf(&mut v, 100);
+        assert_eq!(c, [(1.0, 0.25), (2.0, 0.5), (3.0, 0.75), (4.0, 1.0)]);
+        let mut many: Vec<f64> = (0..10_000).map(f64::from).collect();
+        let c = cdf(&mut many, 500);
+        assert!(c.len() <= 502);
+        assert_eq!(c.last().unwrap().1, 1.0);
+    }
+
+    #[test]
+    fn log_ticks_are_decades() {
+        let t = ticks(0.3, 2000.0, true);
+        let v: Vec<f64> = t.iter().map(|x| x.0).collect();
+        assert_eq!(v, [0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0]);
+    }
+
+    #[test]
+    fn one_series_per_legend_entry() {
+        let chart = Chart {
+            title: "t <&>".into(),
+            x_log: true,
+            series: vec![
+                Series {
+                    name: "a".into(),
+                    points: vec![(1.0, 0.5), (10.0, 1.0)],
+                    style: Style::Line,
+                },
+                Series {
+                    name: "b".into(),
+                    points: vec![(2.0, 0.5)],
+                    style: Style::Points,
+                },
+            ],
+            ..Default::default()
+        };
+        let svg = render(&[chart]);
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert_eq!(svg.matches("<polyline").count(), 1);
+        assert!(svg.contains("t &lt;&amp;&gt;"));
+        assert!(svg.contains(">a</text>") && svg.contains(">b</text>"));
+    }
+}

@@ -1,0 +1,227 @@
+//! The test matrix end to end on the emulated path (root): the quick preset reproduces the
+//! report's 2 Mb/s ordering; Ctrl-C keeps finished cells and --resume completes the run.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use nix::sys::signal::Signal;
+
+fn matrix_bin() -> String {
+    env!("CARGO_BIN_EXE_sbm-matrix").to_string()
+}
+
+fn presets() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/matrices"))
+}
+
+fn run_matrix(args: &[&str], timeout: Duration) -> Finished {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    let out = Command::new(matrix_bin())
+        .args(&all)
+        .env("SBM_MATRICES", presets())
+        .output()
+        .expect("run sbm-matrix");
+    let _ = timeout;
+    Finished {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the matrix tests need root: run `sudo cargo test --release`"
+    );
+}
+
+fn namespaces_with(prefix: &str) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(&format!("{prefix}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+fn f(row: &Row, key: &str) -> f64 {
+    row[key]
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} in {row:?}"))
+}
+
+#[test]
+fn quick_matrix_reproduces_the_reports_ordering_at_2mbit() {
+    let _g = serial();
+    require_root();
+    let dir = tempdir("quick");
+    let prefix = format!("q{}", std::process::id() % 100_000);
+    let res = run_matrix(
+        &["quick", "--out", dir.to_str().unwrap(), "--prefix", &prefix],
+        Duration::from_secs(300),
+    );
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    assert!(namespaces_with(&prefix).is_empty(), "the test bed is gone");
+    let rows = read_csv(&dir.join("summary.csv"));
+    assert_eq!(rows.len(), 3);
+    assert!(rows.iter().all(|r| r["status"] == "ok"), "{rows:?}");
+    let by = |config: &str| rows.iter().find(|r| r["config"] == config).unwrap();
+    let (d, l, r) = (by("default"), by("lowat-165KB"), by("replenish-15ms"));
+    let (sd, sl, sr) = (
+        f(d, "sojourn_p50_us"),
+        f(l, "sojourn_p50_us"),
+        f(r, "sojourn_p50_us"),
+    );
+    assert!(
+        sd > sl && sl > sr,
+        "default {sd} > lowat {sl} > replenish {sr} (µs)"
+    );
+    let gd = f(d, "goodput_bps");
+    for row in [l, r] {
+        assert!(
+            f(row, "goodput_bps") >= 0.95 * gd,
+            "{} goodput {} vs default {gd}",
+            row["config"],
+            row["goodput_bps"]
+        );
+    }
+    let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+    let lines: Vec<&str> = table.lines().filter(|l| l.starts_with('|')).collect();
+    assert_eq!(lines[0], "| sender configuration | 2 Mb/s |");
+    assert_eq!(lines.len(), 2 + 3, "{table}");
+    assert!(lines[2].starts_with("| Default (512 KiB sndbuf) | ") && lines[2].contains(" @ "));
+    assert!(
+        res.stdout.contains("| REPLENISH_TIME = 15 ms |"),
+        "the table is printed"
+    );
+    let cdf = std::fs::read_to_string(dir.join("plots/cdf-2mbit.svg")).unwrap();
+    assert_eq!(
+        cdf.matches("<polyline").count(),
+        3,
+        "one CDF series per configuration"
+    );
+    // Every column and key the matrix writes is documented.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let cell = dir.join("2mbit-default");
+    let mut undocumented: Vec<String> = csv_headers(&dir.join("summary.csv"))
+        .into_iter()
+        .filter(|h| !readme.contains(&format!("`{h}`")))
+        .collect();
+    for file in ["cell.json", "meta.json"] {
+        let v = read_json(&cell.join(file));
+        for k in v.as_object().unwrap().keys() {
+            if !readme.contains(&format!("`{k}`")) {
+                undocumented.push(format!("{file}: {k}"));
+            }
+        }
+    }
+    assert!(
+        undocumented.is_empty(),
+        "undocumented in README.md: {undocumented:?}"
+    );
+}
+
+fn tiny_matrix(dir: &Path) -> PathBuf {
+    let path = dir.join("tiny.toml");
+    std::fs::write(
+        &path,
+        "name = \"tiny\"\nduration = \"3s\"\nwarmup = \"1s\"\npause = \"0s\"\ndrain_timeout = \"2s\"\n\
+         [path]\nrtt = \"20ms\"\n[axes]\nrate = [\"2mbit\"]\nconfig = [\"a\", \"b\"]\n\
+         [configs.a]\nargs = [\"--sndbuf\", \"64KiB\"]\n[configs.b]\nargs = [\"--notsent-lowat\", \"16KB\"]\n",
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn ctrl_c_keeps_finished_cells_and_resume_completes_the_run() {
+    let _g = serial();
+    require_root();
+    let dir = tempdir("resume");
+    let matrix = tiny_matrix(&dir);
+    let out = dir.join("run");
+    let prefix = format!("r{}", std::process::id() % 100_000);
+    let mut runner = Running::spawn_program(
+        &matrix_bin(),
+        &[
+            "run",
+            matrix.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--prefix",
+            &prefix,
+        ],
+    );
+    runner.wait_line("  2mbit-a:", Duration::from_secs(60));
+    runner.wait_line("[2/2] 2mbit-b", Duration::from_secs(30));
+    runner.signal(Signal::SIGINT);
+    let res = runner.wait(Duration::from_secs(60));
+    assert_eq!(res.code(), Some(130), "{}\n{}", res.stdout, res.stderr);
+    assert!(res.stdout.contains("--resume"), "{}", res.stdout);
+    assert!(
+        namespaces_with(&prefix).is_empty(),
+        "Ctrl-C leaves no namespaces"
+    );
+    let a = read_json(&out.join("2mbit-a/cell.json"));
+    assert_eq!(a["status"], "ok");
+    let a_summary = std::fs::read(out.join("2mbit-a/summary.json")).unwrap();
+    let b = read_json(&out.join("2mbit-b/cell.json"));
+    assert_eq!(b["status"], "interrupted");
+
+    let res = run_matrix(
+        &[
+            matrix.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--resume",
+            "--prefix",
+            &prefix,
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    assert!(
+        res.stdout.contains("1 cells"),
+        "only the unfinished cell runs: {}",
+        res.stdout
+    );
+    assert_eq!(read_json(&out.join("2mbit-b/cell.json"))["status"], "ok");
+    assert_eq!(
+        std::fs::read(out.join("2mbit-a/summary.json")).unwrap(),
+        a_summary,
+        "finished cells untouched"
+    );
+    let rows = read_csv(&out.join("summary.csv"));
+    assert!(rows.iter().all(|r| r["status"] == "ok"));
+    assert!(namespaces_with(&prefix).is_empty());
+}
+
+#[test]
+fn bad_matrices_fail_with_one_line() {
+    let dir = tempdir("badmx");
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "[axes]\nrate = [\"2mbyte\"]\n").unwrap();
+    let res = run_matrix(
+        &[path.to_str().unwrap(), "--dry-run"],
+        Duration::from_secs(10),
+    );
+    assert_eq!(res.code(), Some(1));
+    assert!(
+        res.stderr.contains("axes.rate") && res.stderr.trim().lines().count() == 1,
+        "{}",
+        res.stderr
+    );
+    let res = run_matrix(&["no-such-preset", "--dry-run"], Duration::from_secs(10));
+    assert_eq!(res.code(), Some(1));
+    assert!(res.stderr.contains("no-such-preset.toml"), "{}", res.stderr);
+    let res = run_matrix(&["paper", "--dry-run"], Duration::from_secs(10));
+    assert_eq!(res.code(), Some(0));
+    assert!(res.stdout.contains("15 cells"), "{}", res.stdout);
+}
