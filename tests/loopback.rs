@@ -579,3 +579,61 @@ fn kernel_replenish_on_a_stock_kernel_is_a_clear_error_and_auto_falls_back() {
         .contains("option 200"));
     sink.stop();
 }
+
+/// The snd_nxt sampler brackets every departure; where a write has its own TX_SCHED
+/// report, the report lies inside the bracket.
+#[test]
+fn sampled_departures_bracket_exact_sched_reports() {
+    let _g = serial();
+    let dir = tempdir("sampled");
+    let sink = Sink::start("127.0.0.1:0", &["--rcvbuf", "256KiB", "-q"]);
+    for (tag, extra) in [
+        ("big", vec!["-l", "64KiB"]),
+        ("small", vec!["-l", "4KiB", "--eor"]),
+    ] {
+        let out = dir.join(tag);
+        let mut args = vec!["--writes", "3000"];
+        args.extend(extra);
+        let res = run(
+            "sbm-send",
+            &send_args(&sink.addr, out.to_str().unwrap(), &args),
+            RUN,
+        );
+        assert_eq!(res.code(), Some(0), "{}", res.stderr);
+        let rows = read_csv(&out.join("writes.csv"));
+        let sampled = rows
+            .iter()
+            .filter(|r| !r["depart_hi_ns"].is_empty())
+            .count();
+        assert!(
+            sampled as f64 >= 0.99 * rows.len() as f64,
+            "{tag}: {sampled} of {} sampled",
+            rows.len()
+        );
+        let exact: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r["attribution"] == "exact" && !r["depart_hi_ns"].is_empty())
+            .collect();
+        assert!(exact.len() > 100, "{tag}: {} exact", exact.len());
+        let inside = exact
+            .iter()
+            .filter(|r| {
+                let (lo, hi, sched) = (
+                    num(r, "depart_lo_ns").unwrap(),
+                    num(r, "depart_hi_ns").unwrap(),
+                    num(r, "sched_ns").unwrap(),
+                );
+                lo <= sched && sched <= hi
+            })
+            .count();
+        assert!(
+            inside as f64 >= 0.99 * exact.len() as f64,
+            "{tag}: {inside} of {} inside",
+            exact.len()
+        );
+        let summary = read_json(&out.join("summary.json"));
+        assert!(summary["sojourn_sampled"]["count"].as_u64().unwrap() > 0);
+        assert_eq!(summary["sampling"]["eor"], tag == "small");
+    }
+    sink.stop();
+}

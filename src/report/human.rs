@@ -100,6 +100,14 @@ pub fn send_summary_text(s: &SendSummary) -> String {
             "sojourn (exact only):      {}",
             percentiles_line(&s.sojourn_exact)
         );
+        if s.sampling.interval_us > 0 {
+            let _ = writeln!(
+                out,
+                "sojourn (snd_nxt sampled): {}  error bound p50 {}",
+                percentiles_line(&s.sojourn_sampled),
+                opt_micros(s.sampled_error.p50_us)
+            );
+        }
         let a = &s.attribution;
         let _ = writeln!(
             out,

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::send::gate::PolicyReport;
 use crate::sockopt::{OptionReport, TimestampingMode};
 use crate::stats::Percentiles;
+use crate::tstamp::sampler::Departure;
 use crate::tstamp::TimedWrite;
 
 /// writes.csv: one row per accepted write.
@@ -33,10 +34,21 @@ pub struct WriteRow {
     pub threshold_bytes: Option<u64>,
     /// Previous write's sched_ns − this write_ns, µs.
     pub advance_us: Option<i64>,
+    /// The snd_nxt sampler's bracket of the write's departure.
+    pub depart_lo_ns: Option<u64>,
+    pub depart_hi_ns: Option<u64>,
+    /// Bracket midpoint − write_ns, and half the bracket, µs.
+    pub sampled_sojourn_us: Option<u64>,
+    pub sampled_error_us: Option<u64>,
 }
 
 impl WriteRow {
-    pub fn new(w: &TimedWrite, warmup: bool, advance_us: Option<i64>) -> WriteRow {
+    pub fn new(
+        w: &TimedWrite,
+        warmup: bool,
+        advance_us: Option<i64>,
+        departure: Option<Departure>,
+    ) -> WriteRow {
         WriteRow {
             seq: w.write.seq,
             write_ns: w.write.write_ns,
@@ -56,6 +68,11 @@ impl WriteRow {
             invite_reason: w.write.reason,
             threshold_bytes: w.write.threshold,
             advance_us,
+            depart_lo_ns: departure.map(|d| d.lo_ns),
+            depart_hi_ns: departure.map(|d| d.hi_ns),
+            sampled_sojourn_us: departure
+                .map(|d| d.estimate_ns().saturating_sub(w.write.write_ns) / 1_000),
+            sampled_error_us: departure.map(|d| d.error_ns() / 1_000),
         }
     }
 }
@@ -74,9 +91,16 @@ pub struct IntervalRow {
     pub would_block: u64,
     pub invitations: u64,
     pub sched_reports: u64,
+    /// Of those, writes with their own (exact) report.
+    pub exact_reports: u64,
     pub sojourn_p50_us: Option<u64>,
     pub sojourn_p95_us: Option<u64>,
     pub sojourn_max_us: Option<u64>,
+    /// The snd_nxt sampler's sojourn of the writes that became final in the interval.
+    pub sampled_p50_us: Option<u64>,
+    pub sampled_p95_us: Option<u64>,
+    /// writes × srtt ÷ interval: writes per round trip.
+    pub writes_per_rtt: f64,
     pub notsent_bytes: Option<u32>,
     pub cwnd: u32,
     pub mss: u32,
@@ -163,6 +187,14 @@ impl AttributionCounts {
     }
 }
 
+/// The second departure estimator's settings and work.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct SamplingReport {
+    pub interval_us: u64,
+    pub samples: u64,
+    pub eor: bool,
+}
+
 /// What came off the error queue.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct ReportCounts {
@@ -214,6 +246,11 @@ pub struct SendSummary {
     pub sojourn: Percentiles,
     /// The same over exact rows only.
     pub sojourn_exact: Percentiles,
+    /// The snd_nxt sampler's sojourn of every write after the warm-up (bracket midpoints).
+    pub sojourn_sampled: Percentiles,
+    /// Half-widths of those brackets.
+    pub sampled_error: Percentiles,
+    pub sampling: SamplingReport,
     pub attribution: AttributionCounts,
     pub attribution_after_warmup: AttributionCounts,
     pub reports: ReportCounts,

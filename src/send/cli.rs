@@ -141,6 +141,16 @@ pub struct SendArgs {
     #[arg(long, value_parser = units::parse_duration_or_zero, value_name = "DUR")]
     pub drain_timeout: Option<Duration>,
 
+    /// Sample snd_nxt this often (and at every loop event) for the second departure
+    /// estimate of every write; 0s = off.
+    #[arg(long, default_value = "1ms", value_parser = units::parse_duration_or_zero, value_name = "DUR")]
+    pub sample_interval: Duration,
+
+    /// Send every write with MSG_EOR so that it gets its own skb and TX report. A measurement
+    /// mode for checking the estimators: it changes packetisation (no coalescing).
+    #[arg(long)]
+    pub eor: bool,
+
     /// Give up connecting after DUR.
     #[arg(long, default_value = "5s", value_parser = units::parse_duration, value_name = "DUR")]
     pub connect_timeout: Duration,
@@ -263,6 +273,8 @@ impl SendArgs {
             timestamps: !self.no_timestamps,
             drain_timeout: self.drain_timeout,
             connect_timeout: self.connect_timeout,
+            sample_interval: self.sample_interval,
+            eor: self.eor,
             quiet: self.quiet,
         })
     }

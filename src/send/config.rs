@@ -47,5 +47,9 @@ pub struct SendConfig {
     /// None = computed from the backlog at the end of writing.
     pub drain_timeout: Option<Duration>,
     pub connect_timeout: Duration,
+    /// snd_nxt sampling period for the second departure estimator (zero = off).
+    pub sample_interval: Duration,
+    /// Send each write with MSG_EOR (its own skb and TX report).
+    pub eor: bool,
     pub quiet: bool,
 }

@@ -20,8 +20,8 @@ use super::output::Outputs;
 use crate::policy::{Decision, Observation};
 use crate::report::human;
 use crate::report::schema::{
-    AttributionCounts, DrainReport, IntervalRow, ReportCounts, RunConfig, SendSummary, Totals,
-    WriteRow,
+    AttributionCounts, DrainReport, IntervalRow, ReportCounts, RunConfig, SamplingReport,
+    SendSummary, Totals, WriteRow,
 };
 use crate::signals::{exit_status_for, StopSignals};
 use crate::sockopt::{self, OptionReport, TimestampingMode};
@@ -29,6 +29,7 @@ use crate::stats::LatencyHist;
 use crate::sys::{self, ErrqueueRecv, SysError};
 use crate::tcpinfo::TcpInfo;
 use crate::tstamp::ledger::{ProvisionalSojourn, RunEnd};
+use crate::tstamp::sampler::{DepartureSampler, Sample};
 use crate::tstamp::{
     parse_errqueue_control, ErrqueueMessage, IssuedWrite, StampState, TimedWrite, WriteLedger,
     WriteRecord,
@@ -105,6 +106,8 @@ struct IntervalAcc {
     would_block: u64,
     invitations: u64,
     sojourn: LatencyHist,
+    exact_reports: u64,
+    sampled: LatencyHist,
 }
 
 /// Whole-run accumulators.
@@ -120,6 +123,8 @@ struct RunAcc {
     attribution: AttributionCounts,
     attribution_after_warmup: AttributionCounts,
     reports: ReportCounts,
+    sampled: LatencyHist,
+    sampled_error: LatencyHist,
     /// Advance notice of invitations after the warm-up (µs, ≥ 0).
     advance: LatencyHist,
     /// Invitations that came after the previous backlog had run dry.
@@ -198,6 +203,9 @@ struct Sender<'a> {
     last_decision: Option<Decision>,
     /// SCHED time of the previous final row, for the advance notice of the next one.
     prev_sched_ns: Option<u64>,
+    /// The second departure estimator (snd_nxt samples).
+    sampler: DepartureSampler,
+    next_sample: Option<Instant>,
 }
 
 /// What one invitation's write did.
@@ -253,14 +261,19 @@ impl<'a> Sender<'a> {
         let notsent_before =
             sys::outq_notsent(fd).map_err(|e| EndReason::LocalError(e.to_string()))?;
         let write_ns = realtime_ns();
-        match self
-            .sock
-            .send_with_flags(&self.buf[..size], libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
-        {
+        let mut flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+        if self.cfg.eor {
+            flags |= libc::MSG_EOR;
+        }
+        match self.sock.send_with_flags(&self.buf[..size], flags) {
             Ok(0) => Ok(WriteOutcome::WouldBlock),
             Ok(n) => {
-                let notsent_after =
-                    sys::outq_notsent(fd).map_err(|e| EndReason::LocalError(e.to_string()))?;
+                let written_after = self.run.bytes_written + n as u64;
+                if self.sampling() {
+                    self.sampler
+                        .on_write(self.run.writes + 1, written_after, write_ns);
+                }
+                let notsent_after = self.sample_now(written_after)?;
                 if self.first_write.is_none() {
                     self.first_write = Some(self.elapsed());
                 }
@@ -292,6 +305,39 @@ impl<'a> Sender<'a> {
             }
             Err(e) => Err(EndReason::PeerFailed(format!("write failed: {e}"))),
         }
+    }
+
+    fn sampling(&self) -> bool {
+        self.cfg.timestamps && !self.cfg.sample_interval.is_zero()
+    }
+
+    /// Reads notsent between two clock readings; with sampling on it is a sample of
+    /// snd_nxt for the departure estimator. `written` is the byte count it refers to.
+    fn sample_now(&mut self, written: u64) -> Result<u32, EndReason> {
+        let before_ns = realtime_ns();
+        let notsent = sys::outq_notsent(self.sock.as_fd())
+            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+        if self.sampling() {
+            let after_ns = realtime_ns();
+            self.sampler.sample(Sample {
+                before_ns,
+                after_ns,
+                sent: written.saturating_sub(u64::from(notsent)),
+            });
+            self.next_sample = Some(Instant::now() + self.cfg.sample_interval);
+        }
+        Ok(notsent)
+    }
+
+    /// A sample when writes wait for their departure and the timer says so.
+    fn sample_if_due(&mut self) -> Result<(), EndReason> {
+        if self.sampling()
+            && self.sampler.pending() > 0
+            && self.next_sample.is_none_or(|t| Instant::now() >= t)
+        {
+            self.sample_now(self.run.bytes_written)?;
+        }
+        Ok(())
     }
 
     fn record(&mut self, issued: IssuedWrite) -> Result<(), EndReason> {
@@ -408,6 +454,15 @@ impl<'a> Sender<'a> {
             .prev_sched_ns
             .map(|prev| (prev as i64 - w.write.write_ns as i64) / 1_000);
         self.prev_sched_ns = w.sched.time_ns;
+        let departure = self.sampler.take(w.write.seq);
+        if let Some(d) = departure {
+            let us = d.estimate_ns().saturating_sub(w.write.write_ns) / 1_000;
+            self.interval.sampled.record(us);
+            if !warmup {
+                self.run.sampled.record(us);
+                self.run.sampled_error.record(d.error_ns() / 1_000);
+            }
+        }
         if !warmup {
             match advance_us {
                 Some(a) if a >= 0 => self.run.advance.record(a as u64),
@@ -427,12 +482,17 @@ impl<'a> Sender<'a> {
             }
         }
         self.out
-            .write_row(&WriteRow::new(w, warmup, advance_us))
+            .write_row(&WriteRow::new(w, warmup, advance_us, departure))
             .map_err(|e| EndReason::LocalError(e.to_string()))
     }
 
     /// Reads the error queue until it is empty. Returns how many messages it read.
     fn drain_errqueue(&mut self) -> Result<usize, EndReason> {
+        // A sample before the reports, so that every write an ACK finalizes has departed
+        // in the sampler's view too.
+        if self.sampling() && self.sampler.pending() > 0 {
+            self.sample_now(self.run.bytes_written)?;
+        }
         let mut n = 0;
         loop {
             match sys::recv_errqueue(self.sock.as_fd(), &mut self.control) {
@@ -456,6 +516,7 @@ impl<'a> Sender<'a> {
         }
         for s in self.sojourns.drain(..) {
             self.interval.sojourn.record(s.sojourn_us);
+            self.interval.exact_reports += u64::from(s.exact);
         }
         let done = std::mem::take(&mut self.done);
         for w in &done {
@@ -480,9 +541,12 @@ impl<'a> Sender<'a> {
             }
         }
         if flags.contains(EpollFlags::EPOLLHUP) {
-            return Err(EndReason::PeerFailed(
-                "connection closed by the peer (EPOLLHUP)".into(),
-            ));
+            // The socket's own error says why (a reset, usually).
+            let why = match self.sock.take_error() {
+                Ok(Some(e)) => format!("connection failed: {e}"),
+                _ => "connection closed by the peer (EPOLLHUP)".into(),
+            };
+            return Err(EndReason::PeerFailed(why));
         }
         if flags.contains(EpollFlags::EPOLLOUT) && self.phase == Phase::Writing {
             match self.gate {
@@ -520,6 +584,14 @@ impl<'a> Sender<'a> {
             would_block: self.interval.would_block,
             invitations: self.interval.invitations,
             sched_reports: sojourn.count,
+            exact_reports: self.interval.exact_reports,
+            sampled_p50_us: self.interval.sampled.quantile(0.5),
+            sampled_p95_us: self.interval.sampled.quantile(0.95),
+            writes_per_rtt: if span.is_zero() {
+                0.0
+            } else {
+                self.interval.writes as f64 * f64::from(info.rtt_us) / 1e6 / span.as_secs_f64()
+            },
             sojourn_p50_us: sojourn.p50_us,
             sojourn_p95_us: sojourn.p95_us,
             sojourn_max_us: sojourn.max_us,
@@ -649,6 +721,10 @@ impl<'a> Sender<'a> {
                     return drain;
                 }
             }
+            if let Err(reason) = self.sample_if_due() {
+                self.fail(reason);
+                return drain;
+            }
             let mut decide_again = false;
             if self.emulation_due() {
                 match self.emulation_step() {
@@ -715,6 +791,11 @@ impl<'a> Sender<'a> {
                 next = next.min(self.cfg.warmup.saturating_sub(now));
             }
             if let Some(t) = self.next_check {
+                next = next.min(t.saturating_duration_since(Instant::now()));
+            }
+        }
+        if self.sampling() && self.sampler.pending() > 0 {
+            if let Some(t) = self.next_sample {
                 next = next.min(t.saturating_duration_since(Instant::now()));
             }
         }
@@ -819,6 +900,8 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         next_check: None,
         last_decision: None,
         prev_sched_ns: None,
+        sampler: DepartureSampler::new(),
+        next_sample: None,
     };
     if !cfg.quiet {
         println!("{}", human::send_interval_header());
@@ -852,8 +935,9 @@ impl Sender<'_> {
                     .push(format!("final error-queue drain failed: {e:?}"));
             }
         }
+        let written = self.run.bytes_written;
+        let notsent = self.sample_now(written).unwrap_or(0);
         let info = self.tcp_info().ok();
-        let notsent = sys::outq_notsent(self.sock.as_fd()).unwrap_or(0);
         drain.notsent_at_end = notsent;
         drain.pending_writes = self.ledger.pending_len() as u64;
         if self.cfg.timestamps {
@@ -947,6 +1031,17 @@ impl Sender<'_> {
             totals,
             sojourn: self.run.sojourn.percentiles(),
             sojourn_exact: self.run.sojourn_exact.percentiles(),
+            sojourn_sampled: self.run.sampled.percentiles(),
+            sampled_error: self.run.sampled_error.percentiles(),
+            sampling: SamplingReport {
+                interval_us: if self.sampling() {
+                    cfg.sample_interval.as_micros() as u64
+                } else {
+                    0
+                },
+                samples: self.sampler.samples(),
+                eor: cfg.eor,
+            },
             attribution: self.run.attribution.clone(),
             attribution_after_warmup: self.run.attribution_after_warmup.clone(),
             reports: self.run.reports.clone(),

@@ -3,6 +3,7 @@
 
 pub mod cmsg;
 pub mod ledger;
+pub mod sampler;
 
 pub use cmsg::{parse_errqueue_control, ErrqueueMessage, RawReport};
 pub use ledger::{IssuedWrite, Stamp, StampState, TimedWrite, WriteLedger, WriteRecord};
