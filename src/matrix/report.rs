@@ -46,6 +46,9 @@ pub struct SummaryRow {
     pub sojourn_p99_us: Option<u64>,
     pub sojourn_exact_p50_us: Option<u64>,
     pub sojourn_exact_p95_us: Option<u64>,
+    pub sampled_p50_us: Option<u64>,
+    pub sampled_p95_us: Option<u64>,
+    pub sampled_error_p50_us: Option<u64>,
     pub exact: Option<u64>,
     pub coalesced: Option<u64>,
     pub missing: Option<u64>,
@@ -95,6 +98,9 @@ pub fn summary_row(
         sojourn_p99_us: u(&s["sojourn"]["p99_us"]),
         sojourn_exact_p50_us: u(&s["sojourn_exact"]["p50_us"]),
         sojourn_exact_p95_us: u(&s["sojourn_exact"]["p95_us"]),
+        sampled_p50_us: u(&s["sojourn_sampled"]["p50_us"]),
+        sampled_p95_us: u(&s["sojourn_sampled"]["p95_us"]),
+        sampled_error_p50_us: u(&s["sampled_error"]["p50_us"]),
         exact: u(&after["exact"]),
         coalesced: u(&after["coalesced"]),
         missing: u(&after["missing"]),
@@ -178,15 +184,24 @@ fn table_cell(rows: &[&SummaryRow]) -> String {
             None => r.status.clone(),
         };
     }
+    // The sampled estimator covers every write and states its error bound: the table's
+    // figure where a run has it, TX_SCHED (exact + coalesced) otherwise.
+    let sampled = ok.iter().all(|r| r.sampled_p50_us.is_some());
+    let pick = |r: &SummaryRow, q50: bool| match (sampled, q50) {
+        (true, true) => r.sampled_p50_us,
+        (true, false) => r.sampled_p95_us,
+        (false, true) => r.sojourn_p50_us,
+        (false, false) => r.sojourn_p95_us,
+    };
     let p50 = median(
         ok.iter()
-            .filter_map(|r| r.sojourn_p50_us)
+            .filter_map(|r| pick(r, true))
             .map(|v| v as f64)
             .collect(),
     );
     let p95 = median(
         ok.iter()
-            .filter_map(|r| r.sojourn_p95_us)
+            .filter_map(|r| pick(r, false))
             .map(|v| v as f64)
             .collect(),
     );
@@ -197,6 +212,9 @@ fn table_cell(rows: &[&SummaryRow]) -> String {
     };
     if let Some(g) = gp {
         text.push_str(&format!(" @ {}", fmt_rate(g)));
+    }
+    if !sampled {
+        text.push_str(" (TX_SCHED)");
     }
     // Say when the figures rest on part of the writes only.
     let measured: u64 = ok
@@ -257,11 +275,52 @@ pub fn table_md(spec: &MatrixSpec, rows: &[SummaryRow]) -> String {
             .collect();
         let _ = writeln!(out, "| {} | {} |", k, cells.join(" | "));
     }
-    out.push_str("\nCells: median / p95 source queueing delay (write → last byte at TX_SCHED, exact and coalesced writes after the warm-up) @ goodput (acknowledged bytes after the warm-up).\n");
+    out.push_str("\nCells: median / p95 source queueing delay of the writes after the warm-up @ goodput (acknowledged bytes after the warm-up). Delay = write → departure of its last byte from the socket, from the snd_nxt sampler (every write, bracketed; error bounds below); cells marked (TX_SCHED) come from TX_SCHED reports (exact and coalesced writes) because the run had no sampler.\n");
     for rate in &rates {
         if let Some(note) = spec.rates.get(rate).and_then(|o| o.note.as_ref()) {
             let _ = writeln!(out, "\n{}: {note}", rate_header(rate));
         }
+    }
+    out.push_str(&estimators_md(rows));
+    out
+}
+
+fn opt_delay(v: Option<u64>) -> String {
+    v.map_or("—".into(), fmt_delay)
+}
+
+/// Both departure estimators of every cell side by side, with the share of writes that
+/// had their own TX_SCHED report.
+pub fn estimators_md(rows: &[SummaryRow]) -> String {
+    let mut out = String::from(
+        "\n## Estimators side by side\n\n| cell | sampled p50 / p95 (± error p50) | TX_SCHED exact+coalesced p50 / p95 | TX_SCHED exact only p50 / p95 | writes with their own report |\n|---|---|---|---|---|\n",
+    );
+    for r in rows.iter().filter(|r| r.status == "ok") {
+        let all = r.exact.unwrap_or(0)
+            + r.coalesced.unwrap_or(0)
+            + r.missing.unwrap_or(0)
+            + r.unsent.unwrap_or(0);
+        let share = if all > 0 {
+            format!(
+                "{:.1} % of {all}",
+                100.0 * r.exact.unwrap_or(0) as f64 / all as f64
+            )
+        } else {
+            "—".into()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} / {} (± {}) | {} / {} | {} / {} | {} |",
+            r.cell,
+            opt_delay(r.sampled_p50_us),
+            opt_delay(r.sampled_p95_us),
+            opt_delay(r.sampled_error_p50_us),
+            opt_delay(r.sojourn_p50_us),
+            opt_delay(r.sojourn_p95_us),
+            opt_delay(r.sojourn_exact_p50_us),
+            opt_delay(r.sojourn_exact_p95_us),
+            share
+        );
     }
     out
 }
@@ -484,6 +543,9 @@ mod tests {
             sojourn_p99_us: None,
             sojourn_exact_p50_us: None,
             sojourn_exact_p95_us: None,
+            sampled_p50_us: None,
+            sampled_p95_us: None,
+            sampled_error_p50_us: None,
             exact: Some(100),
             coalesced: Some(0),
             missing: Some(0),
@@ -521,14 +583,19 @@ mod tests {
         let t = table_md(&spec, &rows);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "| sender configuration | 2 Mb/s | 86 Mb/s |");
-        assert_eq!(
-            lines[2],
-            "| a | 22.00 s / 23.40 s @ 1.81 Mb/s | 1.31 s / 2.00 s @ 28.70 Mb/s |"
-        );
+        assert_eq!(lines[2], "| a | 22.00 s / 23.40 s @ 1.81 Mb/s (TX_SCHED) | 1.31 s / 2.00 s @ 28.70 Mb/s (TX_SCHED) |");
         assert_eq!(
             lines[3],
-            "| b | 280 ms / 370 ms @ 1.88 Mb/s | failed: sbm-send exited 1 |"
+            "| b | 280 ms / 370 ms @ 1.88 Mb/s (TX_SCHED) | failed: sbm-send exited 1 |"
         );
+        let mut sampled = row("c", "2mbit", 1, 2, 1.9e6);
+        sampled.sampled_p50_us = Some(23_000);
+        sampled.sampled_p95_us = Some(40_000);
+        sampled.sampled_error_p50_us = Some(500);
+        let spec = MatrixSpec::parse("[axes]\nconfig = [\"c\"]\n[configs.c]\n").unwrap();
+        let t = table_md(&spec, &[sampled]);
+        assert!(t.contains("| c | 23 ms / 40 ms @ 1.90 Mb/s |"), "{t}");
+        assert!(t.contains("| 2mbit-c | 23 ms / 40 ms (± 0.5 ms) |"), "{t}");
     }
 
     #[test]
