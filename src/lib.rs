@@ -9,6 +9,7 @@
 //! - [`sockopt`]: typed socket options, applied and read back.
 //! - [`policy`]: write-readiness rules (the emulated TCP_REPLENISH_TIME) as pure decisions.
 //! - [`report`]: output schemas and writers (CSV, JSON, human text).
+//! - [`wire`]: the optional per-message header (trip times) and its parser.
 //! - [`send`], [`sink`]: the two instruments' event loops and CLIs.
 //! - [`sys`]: the only unsafe code: raw syscalls.
 //! - [`delay`]: sbm-delay, the test bed's NFQUEUE delay line.
@@ -32,3 +33,4 @@ pub mod tcpinfo;
 pub mod testbed;
 pub mod tstamp;
 pub mod units;
+pub mod wire;

@@ -637,3 +637,184 @@ fn sampled_departures_bracket_exact_sched_reports() {
     }
     sink.stop();
 }
+
+#[test]
+fn trip_times_measure_every_message_and_the_sender_compares() {
+    let _g = serial();
+    let dir = tempdir("trip");
+    let sink_dir = dir.join("sink");
+    let mut sink = Sink::start("127.0.0.1:0", &["--out", sink_dir.to_str().unwrap(), "-q"]);
+    let out = dir.join("send");
+    let res = run(
+        "sbm-send",
+        &send_args(
+            &sink.addr,
+            out.to_str().unwrap(),
+            &["--writes", "1000", "-l", "16KiB", "--trip-times"],
+        ),
+        RUN,
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    sink.proc.wait_line("total from", Duration::from_secs(20));
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["receiver"]["replied"], true);
+    assert_eq!(summary["receiver"]["clocks_shared"], true);
+    assert_eq!(summary["receiver"]["messages"], 1000);
+    let msgs = read_csv(&out.join("messages.csv"));
+    assert_eq!(msgs.len(), 1000);
+    assert!(msgs.iter().all(|m| !m["sink_read_ns"].is_empty()));
+    let sink_msgs = read_csv(&sink_dir.join("sink-messages.csv"));
+    assert_eq!(sink_msgs.len(), 1000);
+    assert!(sink_msgs
+        .iter()
+        .all(|m| m["latency_us"].parse::<i64>().unwrap() >= 0));
+    let names: Vec<&str> = summary["trip_estimators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "sched-write",
+            "ack-write",
+            "sojourn+srtt/2",
+            "sojourn+srtt",
+            "ack-srtt/2"
+        ]
+    );
+    assert!(
+        res.stdout.contains("sender-side estimates − sink truth"),
+        "{}",
+        res.stdout
+    );
+    // The stream is the header + hello on top of the data the sink counted.
+    let accepted = summary["totals"]["bytes_written"].as_u64().unwrap();
+    assert_eq!(accepted, 1000 * 16 * 1024);
+    assert_eq!(
+        sink_total_bytes(&sink_dir),
+        accepted + sbm::wire::HELLO_LEN as u64
+    );
+    assert!(std::fs::read_to_string(out.join("sink-summary.json"))
+        .unwrap()
+        .contains("\"trip_times\": true"));
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for file in [out.join("messages.csv"), sink_dir.join("sink-messages.csv")] {
+        for h in csv_headers(&file) {
+            assert!(
+                readme.contains(&format!("`{h}`")),
+                "{}: {h} undocumented",
+                file.display()
+            );
+        }
+    }
+    for k in read_json(&out.join("sink-summary.json"))
+        .as_object()
+        .unwrap()
+        .keys()
+    {
+        assert!(
+            readme.contains(&format!("`{k}`")),
+            "sink-summary.json: {k} undocumented"
+        );
+    }
+    sink.stop();
+}
+
+#[test]
+fn malformed_trip_streams_end_only_their_connection() {
+    use std::io::Write;
+    let _g = serial();
+    let mut sink = Sink::start("127.0.0.1:0", &["--expect-trip-times"]);
+    let send = |bytes: &[u8]| {
+        let mut s = std::net::TcpStream::connect(&sink.addr).unwrap();
+        s.write_all(bytes).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        s
+    };
+    let mut wrong_magic = sbm::wire::hello("x", 0);
+    wrong_magic[3] = b'X';
+    let _a = send(b"\x16\x03\x01 hello? garbage bytes that are not sbm");
+    let _b = send(&sbm::wire::hello("x", 0)[..10]);
+    let _c = send(&wrong_magic);
+    let healthy = Running::spawn(
+        "sbm-send",
+        &[
+            "--connect",
+            &sink.addr,
+            "--writes",
+            "300",
+            "-l",
+            "8KiB",
+            "--trip-times",
+            "-q",
+        ],
+    );
+    let res = healthy.wait(RUN);
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    assert!(
+        res.stdout.contains("one-way latency of 300 messages"),
+        "{}",
+        res.stdout
+    );
+    let mut closed = 0;
+    for _ in 0..3 {
+        let line = sink.proc.wait_line("closed: ", Duration::from_secs(20));
+        assert!(
+            line.contains("bad magic") || line.contains("stream ended inside a header"),
+            "{line}"
+        );
+        closed += 1;
+    }
+    assert_eq!(closed, 3);
+    let stop = sink.stop();
+    assert_eq!(stop.code(), Some(0));
+    assert!(!stop.stderr.contains("panicked"));
+}
+
+#[test]
+fn a_sink_that_never_replies_is_reported_not_waited_on() {
+    let _g = serial();
+    // A listener that reads everything and never answers or closes.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        if let Ok((mut s, _)) = listener.accept() {
+            let mut buf = vec![0u8; 1 << 16];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 {
+                    // Half-closed by the sender: keep the socket open, say nothing.
+                    std::thread::sleep(Duration::from_secs(30));
+                    break;
+                }
+            }
+        }
+    });
+    let dir = tempdir("noreply");
+    let out = dir.join("send");
+    let started = std::time::Instant::now();
+    let res = run(
+        "sbm-send",
+        &send_args(
+            &addr,
+            out.to_str().unwrap(),
+            &["--writes", "50", "--reply-timeout", "1s"],
+        ),
+        RUN,
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["receiver"]["replied"], false);
+    assert!(
+        summary["receiver"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no reply from the sink within 1s"),
+        "{summary}"
+    );
+    assert!(res.stdout.contains("receiver: no reply"), "{}", res.stdout);
+}

@@ -562,3 +562,59 @@ fn emulated_replenish_time_holds_the_source_queue_at_2mbit() {
         "the emulation waits through NOTSENT_LOWAT: {lowats:?}"
     );
 }
+
+/// Trip times on the 172 ms path: the sink's read times sit between the sender's SCHED
+/// and ACK times, one-way delay apart, as physics says they must.
+#[test]
+fn trip_times_agree_with_the_paths_one_way_delay() {
+    let _g = serial();
+    let bed = Bed::up("k", &["--rate", "2mbit"]);
+    let (s, out) = bed.transfer_to(&[
+        "-t",
+        "25s",
+        "--warmup",
+        "5s",
+        "--cc",
+        "cubic",
+        "--notsent-lowat",
+        "16KB",
+        "--trip-times",
+    ]);
+    assert_eq!(s["receiver"]["clocks_shared"], true);
+    let rows = read_csv(&out.join("messages.csv"));
+    let exact: Vec<&Row> = rows
+        .iter()
+        .filter(|r| {
+            r["exact"] == "true" && !r["sink_read_ns"].is_empty() && !r["ack_ns"].is_empty()
+        })
+        .collect();
+    assert!(exact.len() > 40, "{} exact messages", exact.len());
+    let one_way = 86_000_000u64;
+    let ok = exact
+        .iter()
+        .filter(|r| {
+            let (sched, read, ack) = (
+                num(r, "sched_ns").unwrap(),
+                num(r, "sink_read_ns").unwrap(),
+                num(r, "ack_ns").unwrap(),
+            );
+            sched + one_way <= read && read <= ack - one_way + 45_000_000
+        })
+        .count();
+    assert!(
+        ok as f64 >= 0.95 * exact.len() as f64,
+        "{ok} of {} within bounds",
+        exact.len()
+    );
+    let mut ack_minus_read: Vec<i64> = exact
+        .iter()
+        .map(|r| num(r, "ack_ns").unwrap() as i64 - num(r, "sink_read_ns").unwrap() as i64)
+        .collect();
+    ack_minus_read.sort();
+    let median = ack_minus_read[ack_minus_read.len() / 2] as f64 / 1e6;
+    assert!(
+        (median - 86.0).abs() <= 10.0,
+        "median ack − read {median} ms"
+    );
+    assert_eq!(s["trip_estimators"].as_array().unwrap().len(), 5);
+}

@@ -133,6 +133,47 @@ pub fn send_summary_text(s: &SendSummary) -> String {
     } else {
         let _ = writeln!(out, "sojourn: not measured (--no-timestamps)");
     }
+    let r = &s.receiver;
+    if r.replied {
+        let _ = writeln!(
+            out,
+            "receiver: {} read, goodput {}{}",
+            Bytes(r.bytes.unwrap_or(0)),
+            BitRate(r.goodput_bps.unwrap_or(0.0)),
+            match (r.messages, r.latency_p50_us) {
+                (Some(n), Some(p50)) if n > 0 => format!(
+                    "; one-way latency of {n} messages p50 {}  p95 {}  max {} ({})",
+                    Micros(p50),
+                    opt_micros(r.latency_p95_us),
+                    opt_micros(r.latency_max_us),
+                    if r.clocks_shared == Some(true) {
+                        "same host clock: exact"
+                    } else {
+                        "different hosts: as good as their clock sync"
+                    }
+                ),
+                _ => String::new(),
+            }
+        );
+    } else if let Some(e) = &r.error {
+        let _ = writeln!(out, "receiver: {e}");
+    }
+    if !s.trip_estimators.is_empty() {
+        let _ = writeln!(out, "sender-side estimates − sink truth (median / p95):");
+        for e in &s.trip_estimators {
+            let f = |v: Option<i64>| {
+                v.map_or("-".to_string(), |x| format!("{:+.1} ms", x as f64 / 1e3))
+            };
+            let _ = writeln!(
+                out,
+                "  {:<16} {:>11} / {:>11}  (n = {})",
+                e.name,
+                f(e.median_error_us),
+                f(e.p95_error_us),
+                e.count
+            );
+        }
+    }
     let _ = write!(
         out,
         "{}: {}",

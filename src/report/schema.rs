@@ -133,6 +133,11 @@ pub struct SinkIntervalRow {
     pub end_s: f64,
     pub bytes: u64,
     pub goodput_bps: f64,
+    /// One-way latency of trip-timed messages completed in the interval (read − write).
+    pub messages: u64,
+    pub latency_p50_us: Option<u64>,
+    pub latency_p95_us: Option<u64>,
+    pub latency_max_us: Option<u64>,
 }
 
 /// The run's limits and loop settings as resolved from the command line.
@@ -185,6 +190,22 @@ impl AttributionCounts {
             _ => self.off += 1,
         }
     }
+}
+
+/// What the sink reported back.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ReceiverView {
+    pub replied: bool,
+    /// Why there is no reply (timeout, not an sbm-sink, run failed).
+    pub error: Option<String>,
+    pub bytes: Option<u64>,
+    pub goodput_bps: Option<f64>,
+    /// Same boot id at both ends: one-way latencies are exact.
+    pub clocks_shared: Option<bool>,
+    pub messages: Option<u64>,
+    pub latency_p50_us: Option<u64>,
+    pub latency_p95_us: Option<u64>,
+    pub latency_max_us: Option<u64>,
 }
 
 /// The second departure estimator's settings and work.
@@ -251,6 +272,10 @@ pub struct SendSummary {
     /// Half-widths of those brackets.
     pub sampled_error: Percentiles,
     pub sampling: SamplingReport,
+    /// The sink's view, from its reply after the sender half-closed.
+    pub receiver: ReceiverView,
+    /// With --trip-times: each sender-side estimate against the sink's one-way latency.
+    pub trip_estimators: Vec<crate::send::trip::EstimatorError>,
     pub attribution: AttributionCounts,
     pub attribution_after_warmup: AttributionCounts,
     pub reports: ReportCounts,

@@ -151,6 +151,16 @@ pub struct SendArgs {
     #[arg(long)]
     pub eor: bool,
 
+    /// Frame the stream into messages (each write-size bytes, header included) that carry
+    /// a sequence number and their write time, so that sbm-sink measures each message's
+    /// one-way latency; the sender compares its own estimates with it.
+    #[arg(long)]
+    pub trip_times: bool,
+
+    /// After the last write, wait at most DUR for the sink's reply (its view of the run).
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration, value_name = "DUR")]
+    pub reply_timeout: Duration,
+
     /// Give up connecting after DUR.
     #[arg(long, default_value = "5s", value_parser = units::parse_duration, value_name = "DUR")]
     pub connect_timeout: Duration,
@@ -225,6 +235,12 @@ impl SendArgs {
                 ));
             }
         }
+        if self.trip_times && (self.write_size as usize) < crate::wire::HEADER_LEN {
+            return Err(format!(
+                "--trip-times needs a write size of at least {} bytes (the header)",
+                crate::wire::HEADER_LEN
+            ));
+        }
         let emulated = matches!(
             self.replenish_impl,
             ReplenishImpl::Emulated | ReplenishImpl::EmulatedTimer
@@ -275,6 +291,8 @@ impl SendArgs {
             connect_timeout: self.connect_timeout,
             sample_interval: self.sample_interval,
             eor: self.eor,
+            trip_times: self.trip_times,
+            reply_timeout: self.reply_timeout,
             quiet: self.quiet,
         })
     }

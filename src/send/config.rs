@@ -51,5 +51,9 @@ pub struct SendConfig {
     pub sample_interval: Duration,
     /// Send each write with MSG_EOR (its own skb and TX report).
     pub eor: bool,
+    /// Frame messages with the wire header so the sink measures one-way latency.
+    pub trip_times: bool,
+    /// How long to wait for the sink's reply after the last write.
+    pub reply_timeout: Duration,
     pub quiet: bool,
 }

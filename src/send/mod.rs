@@ -5,6 +5,7 @@ pub mod config;
 pub mod gate;
 mod output;
 mod run;
+pub mod trip;
 
 pub use config::{EpollMode, Limits, SendConfig};
 pub use run::{run, SendOutcome, SetupError};

@@ -75,6 +75,27 @@ impl Outputs {
         Ok(())
     }
 
+    /// Writes a JSON document into the output directory.
+    pub fn write_json(&self, name: &str, v: &serde_json::Value) -> Result<(), OutputError> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let path = dir.join(name);
+        let text = serde_json::to_string_pretty(v).expect("json serializes");
+        std::fs::write(&path, text + "\n").map_err(|source| OutputError::Write { path, source })
+    }
+
+    /// Writes messages.csv (trip times) in one go.
+    pub fn write_messages(
+        &self,
+        rows: &[crate::send::trip::MessageRow],
+    ) -> Result<(), OutputError> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let mut f = CsvFile::create(&dir.join("messages.csv"))?;
+        for r in rows {
+            f.write(r)?;
+        }
+        Ok(f.flush()?)
+    }
+
     /// Flushes the CSVs and writes summary.json; says where everything went.
     pub fn finish(&mut self, summary: &SendSummary) -> Result<(), OutputError> {
         self.flush()?;

@@ -17,11 +17,12 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use super::config::{EpollMode, SendConfig};
 use super::gate::{self, Gate, PolicyReport};
 use super::output::Outputs;
+use super::trip::{self, Framer, MessageRecord};
 use crate::policy::{Decision, Observation};
 use crate::report::human;
 use crate::report::schema::{
-    AttributionCounts, DrainReport, IntervalRow, ReportCounts, RunConfig, SamplingReport,
-    SendSummary, Totals, WriteRow,
+    AttributionCounts, DrainReport, IntervalRow, ReceiverView, ReportCounts, RunConfig,
+    SamplingReport, SendSummary, Totals, WriteRow,
 };
 use crate::signals::{exit_status_for, StopSignals};
 use crate::sockopt::{self, OptionReport, TimestampingMode};
@@ -206,6 +207,9 @@ struct Sender<'a> {
     /// The second departure estimator (snd_nxt samples).
     sampler: DepartureSampler,
     next_sample: Option<Instant>,
+    /// --trip-times: message framing, and what is known of each message.
+    framer: Option<Framer>,
+    messages: Vec<MessageRecord>,
 }
 
 /// What one invitation's write did.
@@ -232,6 +236,10 @@ impl<'a> Sender<'a> {
     }
 
     fn writing_limit_reached(&self, now: Duration) -> Option<&'static str> {
+        // Trip-timed messages are never cut: limits apply between messages.
+        if self.framer.as_ref().is_some_and(|f| !f.at_boundary()) {
+            return None;
+        }
         let l = &self.cfg.limits;
         if l.time.is_some_and(|t| now >= t) {
             Some("time limit reached")
@@ -251,9 +259,9 @@ impl<'a> Sender<'a> {
         threshold: Option<u64>,
         reason: &'static str,
     ) -> Result<WriteOutcome, EndReason> {
-        let mut size = self.cfg.write_size as usize;
-        if let Some(limit) = self.cfg.limits.bytes {
-            size = size.min((limit - self.run.bytes_written) as usize);
+        let mut range = 0..self.cfg.write_size as usize;
+        if let Some(limit) = self.cfg.limits.bytes.filter(|_| self.framer.is_none()) {
+            range.end = range.end.min((limit - self.run.bytes_written) as usize);
         }
         self.interval.invitations += 1;
         self.run.invitations += 1;
@@ -261,14 +269,21 @@ impl<'a> Sender<'a> {
         let notsent_before =
             sys::outq_notsent(fd).map_err(|e| EndReason::LocalError(e.to_string()))?;
         let write_ns = realtime_ns();
+        if let Some(f) = &mut self.framer {
+            range = f.next(&mut self.buf, write_ns);
+        }
+        let size = range.len();
         let mut flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
         if self.cfg.eor {
             flags |= libc::MSG_EOR;
         }
-        match self.sock.send_with_flags(&self.buf[..size], flags) {
+        match self.sock.send_with_flags(&self.buf[range], flags) {
             Ok(0) => Ok(WriteOutcome::WouldBlock),
             Ok(n) => {
                 let written_after = self.run.bytes_written + n as u64;
+                if let Some(f) = &mut self.framer {
+                    f.accepted(n as u32, written_after);
+                }
                 if self.sampling() {
                     self.sampler
                         .on_write(self.run.writes + 1, written_after, write_ns);
@@ -455,6 +470,20 @@ impl<'a> Sender<'a> {
             .map(|prev| (prev as i64 - w.write.write_ns as i64) / 1_000);
         self.prev_sched_ns = w.sched.time_ns;
         let departure = self.sampler.take(w.write.seq);
+        if let Some((seq, write_ns)) = self
+            .framer
+            .as_mut()
+            .and_then(|f| f.on_row(w.write.end_offset))
+        {
+            self.messages.push(MessageRecord {
+                seq,
+                write_ns,
+                sched_ns: w.sched.time_ns,
+                ack_ns: w.ack.time_ns,
+                exact: w.sched.state == StampState::Exact,
+                srtt_us: self.prev_info.rtt_us,
+            });
+        }
         if let Some(d) = departure {
             let us = d.estimate_ns().saturating_sub(w.write.write_ns) / 1_000;
             self.interval.sampled.record(us);
@@ -812,6 +841,13 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
     let signals = StopSignals::install().map_err(os("signalfd"))?;
     let out = Outputs::create(cfg.out_dir.as_deref())?;
     let (sock, mut options) = connect(cfg)?;
+    // Trip times: the hello (boot id) goes first, before TX timestamps are enabled, so
+    // that OPT_ID_TCP keys count measured bytes only.
+    let hello_len = if cfg.trip_times {
+        send_hello(&sock)?
+    } else {
+        0
+    };
     let timestamping: Option<TimestampingMode> = if cfg.timestamps {
         Some(sockopt::enable_tx_timestamps(sock.as_fd())?)
     } else {
@@ -886,7 +922,7 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         phase: Phase::Writing,
         interval: IntervalAcc::default(),
         run: RunAcc::default(),
-        acked_base: first_info.bytes_acked.unwrap_or(0),
+        acked_base: first_info.bytes_acked.unwrap_or(0) + hello_len,
         prev_info: first_info.clone(),
         warmup_mark: None,
         write_end: None,
@@ -902,6 +938,8 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         prev_sched_ns: None,
         sampler: DepartureSampler::new(),
         next_sample: None,
+        framer: cfg.trip_times.then(|| Framer::new(cfg.write_size)),
+        messages: vec![],
     };
     if !cfg.quiet {
         println!("{}", human::send_interval_header());
@@ -915,6 +953,20 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         policy,
     };
     Ok(s.finish(drain, about))
+}
+
+/// Writes the trip-times hello (blocking: it is 68 bytes on a fresh connection).
+fn send_hello(sock: &Socket) -> Result<u64, SetupError> {
+    use std::io::Write;
+    let hello = crate::wire::hello(&sysinfo::boot_id().unwrap_or_default(), realtime_ns());
+    let io = |e: io::Error| SetupError::Os {
+        what: "sending the trip-times hello",
+        source: e,
+    };
+    sock.set_nonblocking(false).map_err(io)?;
+    (&*sock).write_all(&hello).map_err(io)?;
+    sock.set_nonblocking(true).map_err(io)?;
+    Ok(hello.len() as u64)
 }
 
 /// What the summary says about the run's set-up.
@@ -956,6 +1008,7 @@ impl Sender<'_> {
                 }
             }
         }
+        let (receiver, trip_estimators) = self.exchange_with_sink();
         let counters = self.ledger.counters();
         self.run.reports.sched = counters.accepted[0];
         self.run.reports.snd = counters.accepted[1];
@@ -1047,6 +1100,8 @@ impl Sender<'_> {
             reports: self.run.reports.clone(),
             advance_notice: self.run.advance.percentiles(),
             invited_after_dry: self.run.invited_after_dry,
+            receiver,
+            trip_estimators,
             drain,
         };
         let mut outcome = SendOutcome { summary, exit_code };
@@ -1054,9 +1109,53 @@ impl Sender<'_> {
             eprintln!("sbm-send: {e}");
             outcome.exit_code = outcome.exit_code.max(1);
         }
-        // Half-close so the sink sees a clean end of stream after the last byte.
-        let _ = self.sock.shutdown(std::net::Shutdown::Write);
         outcome
+    }
+
+    /// The control exchange: half-close, read the sink's reply (its view of the run), and
+    /// with --trip-times compare the sender's latency estimates with the sink's truth.
+    fn exchange_with_sink(&mut self) -> (ReceiverView, Vec<trip::EstimatorError>) {
+        let mut view = ReceiverView::default();
+        if !matches!(
+            self.end,
+            Some(EndReason::Limit(_)) | Some(EndReason::Signal(_))
+        ) {
+            view.error = Some("no exchange: the run failed".into());
+            return (view, vec![]);
+        }
+        let reply = match trip::read_reply(&self.sock, self.cfg.reply_timeout) {
+            Ok(v) => v,
+            Err(e) => {
+                self.warnings.push(format!("sink reply: {e}"));
+                view.error = Some(e);
+                return (view, vec![]);
+            }
+        };
+        view.replied = true;
+        view.bytes = reply["bytes"].as_u64();
+        view.goodput_bps = reply["goodput_bps"].as_f64();
+        view.clocks_shared = reply["clocks_shared"].as_bool();
+        view.messages = reply["messages"].as_u64();
+        view.latency_p50_us = reply["latency"]["p50_us"].as_u64();
+        view.latency_p95_us = reply["latency"]["p95_us"].as_u64();
+        view.latency_max_us = reply["latency"]["max_us"].as_u64();
+        let mut stored = reply.clone();
+        let mut estimators = vec![];
+        if self.framer.is_some() {
+            let (rows, stats) = trip::compare(&self.messages, &trip::read_times(&reply));
+            if let Err(e) = self.out.write_messages(&rows) {
+                self.warnings.push(e.to_string());
+            }
+            estimators = stats;
+        }
+        // The per-message read times are in messages.csv; keep the stored summary small.
+        if let Some(o) = stored.as_object_mut() {
+            o.remove("read_times");
+        }
+        if let Err(e) = self.out.write_json("sink-summary.json", &stored) {
+            self.warnings.push(e.to_string());
+        }
+        (view, estimators)
     }
 }
 

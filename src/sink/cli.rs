@@ -47,6 +47,11 @@ pub struct SinkArgs {
     #[arg(long, value_parser = parse_u32_bytes, value_name = "BYTES")]
     pub rcvbuf: Option<u32>,
 
+    /// Every connection must be an sbm-send --trip-times stream: anything else is closed
+    /// with a message (default: recognised by its first bytes, plain streams discarded).
+    #[arg(long)]
+    pub expect_trip_times: bool,
+
     /// Print only connection totals, not interval lines.
     #[arg(short = 'q', long)]
     pub quiet: bool,

@@ -2,6 +2,7 @@
 
 pub mod cli;
 mod run;
+pub mod stream;
 
 pub use run::{run, SinkConfig, SinkError};
 
@@ -34,6 +35,7 @@ where
         once: args.once,
         out_dir: args.out,
         rcvbuf: args.rcvbuf,
+        expect_trip_times: args.expect_trip_times,
         quiet: args.quiet,
     };
     match run(&cfg) {

@@ -16,6 +16,7 @@ use crate::report::human;
 use crate::report::schema::SinkIntervalRow;
 use crate::report::CsvFile;
 use crate::signals::StopSignals;
+use crate::sink::stream::{MessageRow, SinkReply, StreamState, MAX_REPLY_MESSAGES};
 use crate::units;
 
 const LISTEN_TOKEN: u64 = 0;
@@ -34,6 +35,7 @@ pub struct SinkConfig {
     pub out_dir: Option<PathBuf>,
     pub rcvbuf: Option<u32>,
     pub quiet: bool,
+    pub expect_trip_times: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +69,23 @@ fn os(what: &'static str) -> impl FnOnce(nix::Error) -> SinkError {
     }
 }
 
+/// How a connection ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ending {
+    /// Clean end of stream: the sender half-closed; it gets the sink's reply.
+    Eof,
+    /// Malformed trip-times data.
+    Protocol(String),
+    Failed(String),
+    Signal(String),
+}
+
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// Per-connection state.
 struct Conn {
     id: u64,
@@ -76,6 +95,7 @@ struct Conn {
     bytes: u64,
     interval_start: Duration,
     interval_bytes: u64,
+    stream: StreamState,
 }
 
 impl Conn {
@@ -116,6 +136,9 @@ struct Sink<'a> {
     csv: Option<CsvFile>,
     buf: Vec<u8>,
     finished_conns: u64,
+    messages_csv: Option<CsvFile>,
+    boot_id: Option<String>,
+    rows: Vec<MessageRow>,
 }
 
 impl Sink<'_> {
@@ -158,6 +181,10 @@ impl Sink<'_> {
                             bytes: 0,
                             interval_start: Duration::ZERO,
                             interval_bytes: 0,
+                            stream: StreamState::new(
+                                self.cfg.expect_trip_times,
+                                self.boot_id.clone(),
+                            ),
                         },
                     );
                 }
@@ -172,22 +199,88 @@ impl Sink<'_> {
         }
     }
 
-    /// Reads what is there. Returns Some(reason) when the connection has ended.
-    fn read_conn(&mut self, token: u64) -> Option<String> {
+    /// Reads what is there. Returns Some(reason) when the connection has ended: `None`
+    /// reason text for a clean end of stream.
+    fn read_conn(&mut self, token: u64) -> Option<Ending> {
         let conn = self.conns.get_mut(&token)?;
         for _ in 0..READS_PER_EVENT {
             match (&conn.sock).read(&mut self.buf) {
-                Ok(0) => return Some("closed by peer".into()),
+                Ok(0) => {
+                    return Some(match conn.stream.finish(realtime_ns()) {
+                        Ok(()) => Ending::Eof,
+                        Err(e) => Ending::Protocol(e.to_string()),
+                    })
+                }
                 Ok(n) => {
+                    let read_ns = realtime_ns();
                     conn.bytes += n as u64;
                     conn.interval_bytes += n as u64;
+                    let was_trip = conn.stream.is_trip();
+                    if let Err(e) =
+                        conn.stream
+                            .feed(conn.id, &self.buf[..n], read_ns, &mut self.rows)
+                    {
+                        return Some(Ending::Protocol(e.to_string()));
+                    }
+                    if conn.stream.is_trip() {
+                        // Delayed ACKs would blur the sender's ACK times: ACK at once.
+                        let _ = crate::sys::set_int(
+                            conn.sock.as_fd(),
+                            libc::IPPROTO_TCP,
+                            libc::TCP_QUICKACK,
+                            1,
+                        );
+                    }
+                    if !was_trip && conn.stream.peer_boot_id.is_some() {
+                        let clocks = match conn.stream.clocks_shared() {
+                            Some(true) => "same boot id: clocks shared, latencies are exact",
+                            _ => "different hosts: latencies only as good as the hosts' clock sync",
+                        };
+                        println!("[{:>3}] trip times from {} ({clocks})", conn.id, conn.peer);
+                    }
+                    if let Some(csv) = &mut self.messages_csv {
+                        for r in self.rows.drain(..) {
+                            if let Err(e) = csv.write(&r) {
+                                eprintln!("sbm-sink: {e}");
+                            }
+                        }
+                    } else {
+                        self.rows.clear();
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Some(format!("failed: {e}")),
+                Err(e) => return Some(Ending::Failed(e.to_string())),
             }
         }
         None
+    }
+
+    /// Sends the sink's view back after a clean end of stream (the sender half-closed).
+    fn reply(conn: &Conn) {
+        let end = conn.elapsed();
+        let st = &conn.stream;
+        let reply = SinkReply {
+            sbm_version: env!("CARGO_PKG_VERSION"),
+            boot_id: crate::sysinfo::boot_id(),
+            peer_boot_id: st.peer_boot_id.clone(),
+            clocks_shared: st.clocks_shared(),
+            bytes: conn.bytes,
+            duration_s: end.as_secs_f64(),
+            goodput_bps: units::bits_per_second(conn.bytes, end),
+            trip_times: st.is_trip(),
+            messages: st.messages,
+            latency: st.latency.percentiles(),
+            negative_latencies: st.negative_latencies,
+            read_times: st.read_times.clone(),
+            read_times_truncated: st.messages as usize > MAX_REPLY_MESSAGES,
+        };
+        let json = serde_json::to_vec(&reply).expect("reply serializes");
+        // A bounded blocking write: a peer that does not read cannot stall the sink long.
+        let _ = conn.sock.set_nonblocking(false);
+        let _ = conn.sock.set_write_timeout(Some(Duration::from_secs(5)));
+        let _ = (&conn.sock).write_all(&json);
+        let _ = conn.sock.shutdown(std::net::Shutdown::Write);
     }
 
     fn interval_row(
@@ -197,7 +290,17 @@ impl Sink<'_> {
         end: Duration,
         bytes: u64,
     ) -> SinkIntervalRow {
+        let hist = if kind == "total" {
+            &conn.stream.latency
+        } else {
+            &conn.stream.interval_latency
+        };
+        let lat = hist.percentiles();
         SinkIntervalRow {
+            messages: lat.count,
+            latency_p50_us: lat.p50_us,
+            latency_p95_us: lat.p95_us,
+            latency_max_us: lat.max_us,
             conn: conn.id,
             peer: conn.peer.to_string(),
             kind,
@@ -208,11 +311,23 @@ impl Sink<'_> {
         }
     }
 
-    fn close_conn(&mut self, token: u64, reason: &str) -> Result<(), SinkError> {
+    fn close_conn(&mut self, token: u64, ending: Ending) -> Result<(), SinkError> {
         let Some(conn) = self.conns.remove(&token) else {
             return Ok(());
         };
         let _ = self.epoll.delete(conn.sock.as_fd());
+        if let Some(csv) = &mut self.messages_csv {
+            csv.flush()?;
+        }
+        if ending == Ending::Eof {
+            Self::reply(&conn);
+        }
+        let reason = match &ending {
+            Ending::Eof => "closed by peer".to_string(),
+            Ending::Protocol(e) => format!("closed: {e}"),
+            Ending::Failed(e) => format!("failed: {e}"),
+            Ending::Signal(s) => format!("cut short by {s}"),
+        };
         let end = conn.elapsed();
         if conn.interval_bytes > 0 || conn.interval_start < end {
             let row = Self::interval_row(
@@ -224,7 +339,7 @@ impl Sink<'_> {
             );
             self.emit(row)?;
         }
-        if reason != "closed by peer" {
+        if ending != Ending::Eof {
             println!(
                 "[{:>3}] connection from {} {reason} after {} bytes",
                 conn.id, conn.peer, conn.bytes
@@ -253,6 +368,7 @@ impl Sink<'_> {
                 ));
                 conn.interval_start = end;
                 conn.interval_bytes = 0;
+                conn.stream.interval_latency.reset();
             }
         }
         rows.sort_by(|a, b| {
@@ -292,6 +408,10 @@ pub fn run(cfg: &SinkConfig) -> Result<(), SinkError> {
         }
         None => None,
     };
+    let messages_csv = match &cfg.out_dir {
+        Some(dir) => Some(CsvFile::create(&dir.join("sink-messages.csv"))?),
+        None => None,
+    };
     let listener = listen(cfg)?;
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(os("epoll_create1"))?;
     epoll
@@ -326,6 +446,9 @@ pub fn run(cfg: &SinkConfig) -> Result<(), SinkError> {
         csv,
         buf: vec![0; READ_BUF],
         finished_conns: 0,
+        messages_csv,
+        boot_id: crate::sysinfo::boot_id(),
+        rows: Vec::with_capacity(64),
     };
     let mut events = [EpollEvent::empty(); 64];
     loop {
@@ -350,15 +473,15 @@ pub fn run(cfg: &SinkConfig) -> Result<(), SinkError> {
                         );
                         let open: Vec<u64> = sink.conns.keys().copied().collect();
                         for token in open {
-                            sink.close_conn(token, &format!("cut short by {sig}"))?;
+                            sink.close_conn(token, Ending::Signal(sig.to_string()))?;
                         }
                         let _ = io::stdout().flush();
                         return Ok(());
                     }
                 }
                 token => {
-                    if let Some(reason) = sink.read_conn(token) {
-                        sink.close_conn(token, &reason)?;
+                    if let Some(ending) = sink.read_conn(token) {
+                        sink.close_conn(token, ending)?;
                         if cfg.once {
                             let _ = io::stdout().flush();
                             return Ok(());

@@ -1,0 +1,236 @@
+//! What a sink connection carries: a plain byte stream (discarded), or a trip-timed one
+//! (sbm-send --trip-times), recognised by the header magic at its first byte. For a
+//! trip-timed stream the sink measures each message's one-way latency: the time the read
+//! holding its last byte returned, minus the write time in its header.
+
+use serde::Serialize;
+
+use crate::stats::{LatencyHist, Percentiles};
+use crate::wire::{self, Event, Parser, WireError};
+
+/// At most this many per-message read times are kept for the reply to the sender.
+pub const MAX_REPLY_MESSAGES: usize = 2_000_000;
+
+#[derive(Debug)]
+enum Mode {
+    /// Fewer than 4 bytes seen: not yet known.
+    Undecided(Vec<u8>),
+    Plain,
+    Trip(Parser),
+}
+
+/// One finished message, for sink-messages.csv.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct MessageRow {
+    pub conn: u64,
+    pub seq: u64,
+    pub bytes: u32,
+    pub write_ns: u64,
+    pub read_ns: u64,
+    /// read_ns − write_ns; negative only if the clocks disagree.
+    pub latency_us: i64,
+}
+
+pub struct StreamState {
+    mode: Mode,
+    /// Refuse plain streams (`sbm-sink --expect-trip-times`).
+    require_trip: bool,
+    own_boot_id: Option<String>,
+    pub peer_boot_id: Option<String>,
+    pub interval_latency: LatencyHist,
+    pub latency: LatencyHist,
+    pub messages: u64,
+    /// (seq, read_ns) for the reply.
+    pub read_times: Vec<(u64, u64)>,
+    pub negative_latencies: u64,
+    events: Vec<Event>,
+}
+
+impl StreamState {
+    pub fn new(require_trip: bool, own_boot_id: Option<String>) -> StreamState {
+        StreamState {
+            mode: Mode::Undecided(Vec::with_capacity(4)),
+            require_trip,
+            own_boot_id,
+            peer_boot_id: None,
+            interval_latency: LatencyHist::new(),
+            latency: LatencyHist::new(),
+            messages: 0,
+            read_times: vec![],
+            negative_latencies: 0,
+            events: vec![],
+        }
+    }
+
+    pub fn is_trip(&self) -> bool {
+        matches!(self.mode, Mode::Trip(_))
+    }
+
+    /// Same boot id: the sender's write times and our read times share a clock.
+    pub fn clocks_shared(&self) -> Option<bool> {
+        match (&self.peer_boot_id, &self.own_boot_id) {
+            (Some(p), Some(o)) => Some(p == o),
+            _ => None,
+        }
+    }
+
+    /// Takes the bytes of one read at `read_ns`; finished messages go to `rows`.
+    pub fn feed(
+        &mut self,
+        conn: u64,
+        data: &[u8],
+        read_ns: u64,
+        rows: &mut Vec<MessageRow>,
+    ) -> Result<(), WireError> {
+        if let Mode::Undecided(head) = &mut self.mode {
+            let take = (4 - head.len()).min(data.len());
+            head.extend_from_slice(&data[..take]);
+            if head.len() < 4 {
+                return Ok(());
+            }
+            let head = std::mem::take(head);
+            if head[..] == wire::MAGIC {
+                let mut p = Parser::new();
+                p.feed(&head, read_ns, &mut self.events)?;
+                self.mode = Mode::Trip(p);
+            } else if self.require_trip {
+                return Err(WireError::Magic([head[0], head[1], head[2], head[3]], 0));
+            } else {
+                self.mode = Mode::Plain;
+            }
+            return self.feed(conn, &data[take..], read_ns, rows);
+        }
+        let Mode::Trip(p) = &mut self.mode else {
+            return Ok(());
+        };
+        p.feed(data, read_ns, &mut self.events)?;
+        for ev in self.events.drain(..) {
+            match ev {
+                Event::Hello { boot_id } => self.peer_boot_id = Some(boot_id),
+                Event::Message {
+                    seq,
+                    write_ns,
+                    len,
+                    read_ns,
+                } => {
+                    let latency_us = (read_ns as i64 - write_ns as i64) / 1_000;
+                    if latency_us < 0 {
+                        self.negative_latencies += 1;
+                    }
+                    let us = latency_us.max(0) as u64;
+                    self.interval_latency.record(us);
+                    self.latency.record(us);
+                    self.messages += 1;
+                    if self.read_times.len() < MAX_REPLY_MESSAGES {
+                        self.read_times.push((seq, read_ns));
+                    }
+                    rows.push(MessageRow {
+                        conn,
+                        seq,
+                        bytes: len,
+                        write_ns,
+                        read_ns,
+                        latency_us,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The stream ended: a trip-timed stream must end on a message boundary.
+    pub fn finish(&mut self, read_ns: u64) -> Result<(), WireError> {
+        match &mut self.mode {
+            Mode::Trip(p) => p.finish(read_ns, &mut self.events),
+            Mode::Undecided(h) if !h.is_empty() && self.require_trip => {
+                Err(WireError::Truncated("a header"))
+            }
+            Mode::Undecided(h) if h.len() >= 2 && h[..] == wire::MAGIC[..h.len()] => {
+                Err(WireError::Truncated("a header"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What the sink sends back after the sender half-closes: its view of the connection.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SinkReply {
+    pub sbm_version: &'static str,
+    pub boot_id: Option<String>,
+    /// The sender's boot id from its hello (trip-timed streams).
+    pub peer_boot_id: Option<String>,
+    /// true: same host, latencies exact; false: only as good as the hosts' clock sync.
+    pub clocks_shared: Option<bool>,
+    pub bytes: u64,
+    pub duration_s: f64,
+    pub goodput_bps: f64,
+    pub trip_times: bool,
+    pub messages: u64,
+    pub latency: Percentiles,
+    pub negative_latencies: u64,
+    /// (sequence, read time ns) of each message, for the sender's estimator comparison.
+    pub read_times: Vec<(u64, u64)>,
+    pub read_times_truncated: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trip_stream() -> Vec<u8> {
+        let mut s = wire::hello("id-1", 0);
+        let mut m = vec![0u8; 100];
+        wire::Header::data(1, 1_000_000, 100).encode(&mut m);
+        s.extend(m);
+        s
+    }
+
+    #[test]
+    fn trip_streams_are_recognised_and_timed() {
+        let mut st = StreamState::new(false, Some("id-1".into()));
+        let mut rows = vec![];
+        let s = trip_stream();
+        st.feed(1, &s[..2], 5_000_000, &mut rows).unwrap();
+        st.feed(1, &s[2..], 9_000_000, &mut rows).unwrap();
+        st.finish(10_000_000).unwrap();
+        assert!(st.is_trip());
+        assert_eq!(st.clocks_shared(), Some(true));
+        assert_eq!(
+            rows,
+            [MessageRow {
+                conn: 1,
+                seq: 1,
+                bytes: 100,
+                write_ns: 1_000_000,
+                read_ns: 9_000_000,
+                latency_us: 8_000
+            }]
+        );
+        assert_eq!(st.read_times, [(1, 9_000_000)]);
+    }
+
+    #[test]
+    fn plain_streams_pass_unless_trip_times_are_required() {
+        let plain: Vec<u8> = (0..100u8).collect();
+        let mut st = StreamState::new(false, None);
+        st.feed(1, &plain, 0, &mut vec![]).unwrap();
+        st.finish(0).unwrap();
+        assert!(!st.is_trip());
+        let mut strict = StreamState::new(true, None);
+        assert!(matches!(
+            strict.feed(1, &plain, 0, &mut vec![]),
+            Err(WireError::Magic(..))
+        ));
+    }
+
+    #[test]
+    fn a_truncated_header_is_an_error() {
+        let mut st = StreamState::new(false, None);
+        st.feed(1, b"SBMt\x00", 0, &mut vec![]).unwrap();
+        assert_eq!(st.finish(0), Err(WireError::Truncated("a header")));
+        let mut st = StreamState::new(false, None);
+        st.feed(1, b"SB", 0, &mut vec![]).unwrap();
+        assert_eq!(st.finish(0), Err(WireError::Truncated("a header")));
+    }
+}
