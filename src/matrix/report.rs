@@ -345,6 +345,7 @@ fn cell_sojourns(dir: &Path) -> Vec<(f64, f64)> {
     else {
         return vec![];
     };
+    let isamp = idx("sampled_sojourn_us");
     let mut out = vec![];
     let mut t0 = None;
     for rec in r.records().map_while(Result::ok) {
@@ -353,21 +354,26 @@ fn cell_sojourns(dir: &Path) -> Vec<(f64, f64)> {
         if rec.get(iwu) == Some("true") {
             continue;
         }
-        if let Some(s) = rec.get(is).and_then(|v| v.parse::<f64>().ok()) {
+        // The sampled estimate (every write) where the run has it, as in table.md.
+        let sampled = isamp
+            .and_then(|i| rec.get(i))
+            .and_then(|v| v.parse::<f64>().ok());
+        if let Some(s) = sampled.or_else(|| rec.get(is).and_then(|v| v.parse::<f64>().ok())) {
             out.push(((w - t0) / 1e9, s / 1e3));
         }
     }
     out
 }
 
-fn cell_notsent(dir: &Path) -> Vec<(f64, f64)> {
+/// One intervals.csv column over time (end of each interval), scaled.
+fn interval_series(dir: &Path, column: &str, scale: f64) -> Vec<(f64, f64)> {
     let Ok(mut r) = csv::Reader::from_path(dir.join("intervals.csv")) else {
         return vec![];
     };
     let headers = r.headers().cloned().unwrap_or_default();
-    let (Some(ie), Some(inb)) = (
+    let (Some(ie), Some(ic)) = (
         headers.iter().position(|h| h == "end_s"),
-        headers.iter().position(|h| h == "notsent_bytes"),
+        headers.iter().position(|h| h == column),
     ) else {
         return vec![];
     };
@@ -376,7 +382,7 @@ fn cell_notsent(dir: &Path) -> Vec<(f64, f64)> {
         .filter_map(|rec| {
             Some((
                 rec.get(ie)?.parse().ok()?,
-                rec.get(inb)?.parse::<f64>().ok()? / 1e3,
+                rec.get(ic)?.parse::<f64>().ok()? * scale,
             ))
         })
         .collect()
@@ -482,12 +488,23 @@ fn write_plots(
             y_label: "notsent (kB)".into(),
             series: vec![Series {
                 name: "notsent".into(),
-                points: cell_notsent(&dir),
+                points: interval_series(&dir, "notsent_bytes", 1e-3),
                 style: Style::Line,
             }],
             ..Default::default()
         };
-        write(&format!("cell-{}.svg", c.name), &[a, b])?;
+        let w = Chart {
+            title: format!("{}: writes per round trip", c.name),
+            x_label: "time since connect (s)".into(),
+            y_label: "writes × sRTT ÷ interval".into(),
+            series: vec![Series {
+                name: "writes/RTT".into(),
+                points: interval_series(&dir, "writes_per_rtt", 1.0),
+                style: Style::Line,
+            }],
+            ..Default::default()
+        };
+        write(&format!("cell-{}.svg", c.name), &[a, b, w])?;
     }
     // Goodput against median sojourn, one series per rate.
     let mut chart = Chart {
@@ -503,7 +520,7 @@ fn write_plots(
             .filter(|r| &r.rate == rate && r.status == "ok")
             .filter_map(|r| {
                 Some((
-                    r.sojourn_p50_us? as f64 / 1e3,
+                    r.sampled_p50_us.or(r.sojourn_p50_us)? as f64 / 1e3,
                     r.goodput_bps? / 1e6,
                     r.config.clone(),
                 ))

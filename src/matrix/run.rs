@@ -327,8 +327,14 @@ fn run_cell(
         }
     };
     st.send_exit = send_status.and_then(|s| s.code());
-    // The sink exits by itself (--once) when the sender's connection ends.
-    let sink_status = match wait_child(&mut sink, Duration::from_secs(15), signals) {
+    // The sink exits by itself (--once) when the sender's connection ends; an interrupted
+    // cell stops it at once.
+    let sink_wait = if interrupted {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(15)
+    };
+    let sink_status = match wait_child(&mut sink, sink_wait, signals) {
         Waited::Exited(s) => Some(s),
         Waited::Interrupted => {
             interrupted = true;

@@ -1008,7 +1008,26 @@ impl Sender<'_> {
                 }
             }
         }
-        let (receiver, trip_estimators) = self.exchange_with_sink();
+        let (receiver, trip_estimators) = if notsent > 0 {
+            // Bytes still in the socket would keep flowing after sbm-send exits and load the
+            // path (the next run's, in a matrix): reset instead of a graceful close, and
+            // skip the exchange, which could only start after they drained.
+            let _ = self.sock.set_linger(Some(Duration::ZERO));
+            let note = format!(
+                "{} still unsent at the end: connection reset, no exchange with the sink",
+                units::Bytes(u64::from(notsent))
+            );
+            self.warnings.push(note.clone());
+            (
+                ReceiverView {
+                    error: Some(note),
+                    ..Default::default()
+                },
+                vec![],
+            )
+        } else {
+            self.exchange_with_sink()
+        };
         let counters = self.ledger.counters();
         self.run.reports.sched = counters.accepted[0];
         self.run.reports.snd = counters.accepted[1];
