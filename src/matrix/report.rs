@@ -208,12 +208,19 @@ fn table_cell(rows: &[&SummaryRow]) -> String {
     let gp = median(ok.iter().filter_map(|r| r.goodput_bps).collect());
     let mut text = match (p50, p95) {
         (Some(a), Some(b)) => format!("{} / {}", fmt_delay(a as u64), fmt_delay(b as u64)),
-        _ => "no sojourn measured".into(),
+        _ => {
+            let waiting: u64 = ok.iter().map(|r| r.unsent.unwrap_or(0)).sum();
+            if waiting > 0 {
+                format!("none of the {waiting} writes after the warm-up left the socket before the run ended")
+            } else {
+                "no sojourn measured".into()
+            }
+        }
     };
     if let Some(g) = gp {
         text.push_str(&format!(" @ {}", fmt_rate(g)));
     }
-    if !sampled {
+    if !sampled && p50.is_some() {
         text.push_str(" (TX_SCHED)");
     }
     // Say when the figures rest on part of the writes only.
@@ -230,7 +237,7 @@ fn table_cell(rows: &[&SummaryRow]) -> String {
                 + r.unsent.unwrap_or(0)
         })
         .sum();
-    if all > 0 && measured * 100 < all * 95 {
+    if p50.is_some() && all > 0 && measured * 100 < all * 95 {
         text.push_str(&format!(
             " (on {measured} of {all} writes: the rest had not left the socket)"
         ));
