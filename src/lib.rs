@@ -15,9 +15,10 @@
 //! - [`delay`]: sbm-delay, the test bed's NFQUEUE delay line.
 //! - [`testbed`]: sbm-testbed, the emulated WAN path and real-host shaping.
 //! - [`matrix`]: sbm-matrix, test matrices on the emulated path and the report's table.
-//! - [`addr`], [`signals`], [`sysinfo`]: small helpers.
+//! - [`addr`], [`cli`], [`signals`], [`sysinfo`]: small helpers.
 
 pub mod addr;
+pub mod cli;
 pub mod delay;
 pub mod matrix;
 pub mod policy;

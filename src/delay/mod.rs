@@ -228,13 +228,9 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let args = match DelayArgs::try_parse_from(args) {
+    let args: DelayArgs = match crate::cli::parse(args) {
         Ok(a) => a,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return code;
-        }
+        Err(code) => return code,
     };
     match run(&args) {
         Ok(()) => 0,

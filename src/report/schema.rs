@@ -192,6 +192,32 @@ impl AttributionCounts {
     }
 }
 
+/// CPU time and peak memory of the process.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Resources {
+    pub user_s: f64,
+    pub sys_s: f64,
+    pub max_rss_kib: u64,
+}
+
+impl Resources {
+    pub fn of_self() -> Resources {
+        use nix::sys::resource::{getrusage, UsageWho};
+        match getrusage(UsageWho::RUSAGE_SELF) {
+            Ok(u) => {
+                let secs =
+                    |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+                Resources {
+                    user_s: secs(u.user_time()),
+                    sys_s: secs(u.system_time()),
+                    max_rss_kib: u.max_rss().max(0) as u64,
+                }
+            }
+            Err(_) => Resources::default(),
+        }
+    }
+}
+
 /// What the sink reported back.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct ReceiverView {
@@ -272,6 +298,8 @@ pub struct SendSummary {
     /// Half-widths of those brackets.
     pub sampled_error: Percentiles,
     pub sampling: SamplingReport,
+    /// sbm-send's own cost (getrusage): CPU seconds and peak resident memory.
+    pub resources: Resources,
     /// The sink's view, from its reply after the sender half-closed.
     pub receiver: ReceiverView,
     /// With --trip-times: each sender-side estimate against the sink's one-way latency.

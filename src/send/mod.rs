@@ -10,21 +10,15 @@ pub mod trip;
 pub use config::{EpollMode, Limits, SendConfig};
 pub use run::{run, SendOutcome, SetupError};
 
-use clap::Parser;
-
 /// The whole of `main` for bin/sbm-send: parse, run, print, exit status.
 pub fn main_with_args<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let args = match cli::SendArgs::try_parse_from(args) {
+    let args: cli::SendArgs = match crate::cli::parse(args) {
         Ok(a) => a,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return code;
-        }
+        Err(code) => return code,
     };
     let cfg = match args.into_config() {
         Ok(c) => c,

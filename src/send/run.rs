@@ -1121,6 +1121,7 @@ impl Sender<'_> {
             invited_after_dry: self.run.invited_after_dry,
             receiver,
             trip_estimators,
+            resources: crate::report::schema::Resources::of_self(),
             drain,
         };
         let mut outcome = SendOutcome { summary, exit_code };

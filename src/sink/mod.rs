@@ -6,21 +6,15 @@ pub mod stream;
 
 pub use run::{run, SinkConfig, SinkError};
 
-use clap::Parser;
-
 /// The whole of `main` for bin/sbm-sink.
 pub fn main_with_args<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let args = match cli::SinkArgs::try_parse_from(args) {
+    let args: cli::SinkArgs = match crate::cli::parse(args) {
         Ok(a) => a,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return code;
-        }
+        Err(code) => return code,
     };
     let listen = match crate::addr::resolve(&args.listen) {
         Ok(a) => a,

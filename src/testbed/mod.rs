@@ -246,13 +246,9 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return code;
-        }
+    let cli: Cli = match crate::cli::parse(args) {
+        Ok(a) => a,
+        Err(code) => return code,
     };
     match run(cli) {
         Ok(()) => 0,
