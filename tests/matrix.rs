@@ -225,3 +225,31 @@ fn bad_matrices_fail_with_one_line() {
     assert_eq!(res.code(), Some(0));
     assert!(res.stdout.contains("15 cells"), "{}", res.stdout);
 }
+
+/// The committed reproduction's table is what its stored results say: rebuilding it from
+/// the cells gives the committed file byte for byte, with one CDF series per configuration.
+#[test]
+fn committed_paper_table_rebuilds_identically() {
+    let committed = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results/paper"));
+    let dir = tempdir("paper-rebuild");
+    let status = Command::new("cp").arg("-r").arg(&committed).arg(&dir).status().unwrap();
+    assert!(status.success());
+    let copy = dir.join("paper");
+    std::fs::remove_file(copy.join("table.md")).unwrap();
+    let out = Command::new(matrix_bin()).args(["report", copy.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(copy.join("table.md")).unwrap(),
+        std::fs::read_to_string(committed.join("table.md")).unwrap(),
+        "results/paper/table.md is not what its results say"
+    );
+    for rate in ["100kbit", "2mbit", "86mbit"] {
+        let svg = std::fs::read_to_string(copy.join(format!("plots/cdf-{rate}.svg"))).unwrap();
+        let cells = std::fs::read_dir(&committed)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with(&format!("{rate}-")))
+            .count();
+        let legend = svg.matches(r#"width="12" height="4""#).count();
+        assert_eq!(legend, cells, "one CDF series per configuration at {rate}");
+    }
+}
