@@ -232,12 +232,24 @@ fn bad_matrices_fail_with_one_line() {
 fn committed_paper_table_rebuilds_identically() {
     let committed = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results/paper"));
     let dir = tempdir("paper-rebuild");
-    let status = Command::new("cp").arg("-r").arg(&committed).arg(&dir).status().unwrap();
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(&committed)
+        .arg(&dir)
+        .status()
+        .unwrap();
     assert!(status.success());
     let copy = dir.join("paper");
     std::fs::remove_file(copy.join("table.md")).unwrap();
-    let out = Command::new(matrix_bin()).args(["report", copy.to_str().unwrap()]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(matrix_bin())
+        .args(["report", copy.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         std::fs::read_to_string(copy.join("table.md")).unwrap(),
         std::fs::read_to_string(committed.join("table.md")).unwrap(),
@@ -247,7 +259,13 @@ fn committed_paper_table_rebuilds_identically() {
         let svg = std::fs::read_to_string(copy.join(format!("plots/cdf-{rate}.svg"))).unwrap();
         let cells = std::fs::read_dir(&committed)
             .unwrap()
-            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with(&format!("{rate}-")))
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{rate}-"))
+            })
             .count();
         let legend = svg.matches(r#"width="12" height="4""#).count();
         assert_eq!(legend, cells, "one CDF series per configuration at {rate}");

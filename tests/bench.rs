@@ -1,0 +1,66 @@
+//! `scripts/bench --smoke`: sbm beside iperf3 and iperf 2, report loss, and the validity
+//! control, end to end (root; needs Debian's iperf3 and iperf, which .ci/run installs).
+//! Checks that every measurement is made and reported, not the performance goals: those
+//! are ratios for results/bench, not assertions about a noisy machine.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn bench_smoke_measures_and_reports_every_part() {
+    let _g = serial();
+    let out = tempdir("bench");
+    let res = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench"))
+        .args(["--smoke", "--out", out.to_str().unwrap()])
+        .env(
+            "SBM_BIN",
+            std::path::Path::new(env!("CARGO_BIN_EXE_sbm-send"))
+                .parent()
+                .unwrap(),
+        )
+        .output()
+        .expect("run scripts/bench");
+    assert!(
+        res.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&res.stdout),
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let json = read_json(&out.join("bench.json"));
+    for tool in [
+        "sbm (timestamps, CSV)",
+        "sbm --no-timestamps",
+        "iperf3",
+        "iperf 2",
+    ] {
+        let runs = json["loopback"][tool]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {tool} runs"));
+        assert!(!runs.is_empty());
+        for r in runs {
+            assert!(r["goodput_bps"].as_f64().unwrap() > 1e8, "{tool}: {r}");
+            assert!(r["tx_cpu_s"].as_f64().unwrap() > 0.0, "{tool}: {r}");
+        }
+    }
+    for size in ["512B", "4KiB"] {
+        assert!(json["stress"][size]["writes"].as_u64().unwrap() > 0);
+    }
+    if nix::unistd::geteuid().is_root() {
+        for rate in ["2mbit", "86mbit"] {
+            let v = &json["validity"][rate];
+            assert_eq!(v["runs"].as_array().unwrap().len(), 3, "{v}");
+            assert!(
+                v["goodput_on_off"].as_f64().is_some() && v["cadence_on_on"].as_f64().is_some(),
+                "{v}"
+            );
+        }
+    }
+    let md = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(
+        md.contains("| iperf3 |") && md.contains("× iperf3") && md.contains("Measurement validity"),
+        "{md}"
+    );
+}
