@@ -517,11 +517,6 @@ impl<'a> Sender<'a> {
 
     /// Reads the error queue until it is empty. Returns how many messages it read.
     fn drain_errqueue(&mut self) -> Result<usize, EndReason> {
-        // A sample before the reports, so that every write an ACK finalizes has departed
-        // in the sampler's view too.
-        if self.sampling() && self.sampler.pending() > 0 {
-            self.sample_now(self.run.bytes_written)?;
-        }
         let mut n = 0;
         loop {
             match sys::recv_errqueue(self.sock.as_fd(), &mut self.control) {
@@ -542,6 +537,11 @@ impl<'a> Sender<'a> {
                 }
                 Err(e) => return Err(EndReason::LocalError(e.to_string())),
             }
+        }
+        // A sample after reading the reports and before finishing rows: every byte an ACK
+        // report covers had left before the report was read, so the sample sees it gone.
+        if n > 0 && self.sampling() && self.sampler.pending() > 0 {
+            self.sample_now(self.run.bytes_written)?;
         }
         for s in self.sojourns.drain(..) {
             self.interval.sojourn.record(s.sojourn_us);
