@@ -39,11 +39,17 @@ pub fn recv_errqueue(fd: BorrowedFd<'_>, control: &mut [u8]) -> Result<ErrqueueR
         )
     };
     if rc < 0 {
-        let err = SysError::last("recvmsg", "MSG_ERRQUEUE");
-        return match err.errno() {
-            Some(libc::EAGAIN) => Ok(ErrqueueRecv::Empty),
-            _ => Err(err),
-        };
+        // The common end of every drain: check it without building an error (no allocation
+        // on the hot path).
+        let source = std::io::Error::last_os_error();
+        if source.raw_os_error() == Some(libc::EAGAIN) {
+            return Ok(ErrqueueRecv::Empty);
+        }
+        return Err(SysError {
+            call: "recvmsg",
+            what: "MSG_ERRQUEUE".into(),
+            source,
+        });
     }
     Ok(ErrqueueRecv::Message {
         len: (msg.msg_controllen as usize).min(control.len()),

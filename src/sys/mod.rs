@@ -4,8 +4,11 @@
 //! asked to do; parsing of what comes back lives in safe modules.
 #![allow(unsafe_code)]
 
+mod alloc;
 mod errqueue;
 mod sockopt;
+
+pub use alloc::CountingAlloc;
 
 pub use errqueue::{recv_errqueue, ErrqueueRecv};
 pub use sockopt::{get_int, get_string, outq_notsent, set_int, set_string, tcp_info};
