@@ -263,9 +263,14 @@ fn killed_peer_ends_the_run_with_files_kept() {
     );
     let summary = read_json(&out.join("summary.json"));
     assert_eq!(summary["complete"], false);
+    // The kernel reports the vanished peer as a reset, a broken pipe or a hang-up,
+    // depending on where in the loop sbm-send notices.
+    let error = summary["error"].as_str().unwrap();
     assert!(
-        summary["error"].as_str().unwrap().contains("reset"),
-        "{summary}"
+        ["reset", "Broken pipe", "EPOLLHUP"]
+            .iter()
+            .any(|w| error.contains(w)),
+        "{error}"
     );
     let rows = read_csv(&out.join("writes.csv"));
     assert_eq!(
