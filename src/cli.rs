@@ -16,3 +16,26 @@ where
         code
     })
 }
+
+/// `println!` that never panics: a closed stdout (`sbm-sink | head`) must not crash a
+/// measurement whose real output is its files.
+#[macro_export]
+macro_rules! say {
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout());
+    }};
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` that never panics.
+#[macro_export]
+macro_rules! say_partial {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}

@@ -218,7 +218,7 @@ fn run(args: &DelayArgs) -> Result<(), QueueError> {
     if let Some(p) = &args.stats {
         write_stats(p, &last);
     }
-    println!("{}", serde_json::to_string(&last).expect("stats serialize"));
+    crate::say!("{}", serde_json::to_string(&last).expect("stats serialize"));
     result
 }
 

@@ -102,7 +102,7 @@ fn main_inner(cli: Cli) -> Result<i32, String> {
         }
         Cmd::Report { dir } => {
             let table = run::rebuild_report(&dir)?;
-            println!("{table}");
+            crate::say!("{table}");
             Ok(0)
         }
         Cmd::List => {
@@ -122,7 +122,7 @@ fn main_inner(cli: Cli) -> Result<i32, String> {
                 let desc = run::load(&dir.join(format!("{n}.toml")))
                     .map(|(s, _)| s.description)
                     .unwrap_or_default();
-                println!("{n:<14} {}", desc.lines().next().unwrap_or(""));
+                crate::say!("{n:<14} {}", desc.lines().next().unwrap_or(""));
             }
             Ok(0)
         }

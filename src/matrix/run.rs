@@ -440,14 +440,14 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         .collect();
     let total: Duration = todo.iter().map(|c| estimate(&spec, c)).sum();
     if opts.dry_run {
-        println!(
+        crate::say!(
             "matrix {}: {} cells to run, about {} in all",
             spec.name.clone().unwrap_or_default(),
             todo.len(),
             fmt_dur(total)
         );
         for c in &todo {
-            println!(
+            crate::say!(
                 "  {:<40} {:<8} {:<28} {:>7} {}{} {:>5} ~{}",
                 c.name,
                 c.rate,
@@ -496,7 +496,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         },
         owner: std::process::id(),
     };
-    println!(
+    crate::say!(
         "sbm-matrix: {} cells -> {} (about {})",
         todo.len(),
         run_dir.display(),
@@ -528,9 +528,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
                 fmt_dur(left)
             );
             if tty {
-                print!("\r\x1b[2K{line}");
+                crate::say_partial!("\r\x1b[2K{line}");
             } else {
-                println!("{line}");
+                crate::say!("{line}");
             }
             let _ = std::io::stdout().flush();
             let dir = run_dir.join(&cell.name);
@@ -560,14 +560,14 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
                 _ => "no sojourn measured".into(),
             };
             if tty {
-                println!(
+                crate::say!(
                     "\r\x1b[2K[{}/{}] {}: {result}",
                     k + 1,
                     todo.len(),
                     cell.name
                 );
             } else {
-                println!("  {}: {result}", cell.name);
+                crate::say!("  {}: {result}", cell.name);
             }
             if interrupted {
                 exit = 130;
@@ -579,13 +579,13 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         }
     }
     let table = report::write_all(&run_dir, &spec, &all).map_err(|e| format!("report: {e}"))?;
-    println!("\n{table}");
-    println!(
+    crate::say!("\n{table}");
+    crate::say!(
         "results: {}/ (summary.csv, table.md, plots/, one directory per cell)",
         run_dir.display()
     );
     if exit == 130 {
-        println!(
+        crate::say!(
             "interrupted: finished cells are kept; complete the run with: scripts/matrix run {} --out {} --resume",
             opts.matrix.display(),
             run_dir.display()

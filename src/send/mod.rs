@@ -29,7 +29,7 @@ where
     };
     match run(&cfg) {
         Ok(outcome) => {
-            println!(
+            crate::say!(
                 "{}",
                 crate::report::human::send_summary_text(&outcome.summary)
             );

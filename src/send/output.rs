@@ -106,7 +106,7 @@ impl Outputs {
             path: path.clone(),
             source,
         })?;
-        println!(
+        crate::say!(
             "output: {} (writes.csv, intervals.csv, summary.json)",
             dir.display()
         );

@@ -651,7 +651,7 @@ impl<'a> Sender<'a> {
             .map(|v| v as u32),
         };
         if !self.cfg.quiet {
-            println!("{}", human::send_interval_line(&row));
+            crate::say!("{}", human::send_interval_line(&row));
         }
         self.out
             .write_interval(&row)
@@ -896,9 +896,9 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         warnings.push("timestamping: kernel refused OPT_ID_TCP; keys use OPT_ID (same base before the first write)".into());
     }
     print_banner(cfg, &local, &options, timestamping, first_info.snd_mss);
-    println!("{}", human::policy_line(&policy));
+    crate::say!("{}", human::policy_line(&policy));
     if let Some(note) = &policy.note {
-        println!("policy: {note}");
+        crate::say!("policy: {note}");
     }
     for w in &warnings {
         eprintln!("sbm-send: warning: {w}");
@@ -942,7 +942,7 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         messages: vec![],
     };
     if !cfg.quiet {
-        println!("{}", human::send_interval_header());
+        crate::say!("{}", human::send_interval_header());
     }
     let drain = s.event_loop();
     let about = RunAbout {
@@ -1186,7 +1186,7 @@ fn print_banner(
     ts: Option<TimestampingMode>,
     mss: u32,
 ) {
-    println!(
+    crate::say!(
         "sbm-send {}: {} -> {}, kernel {}, mss {}, write {} per invitation, epoll {}",
         env!("CARGO_PKG_VERSION"),
         local,
@@ -1206,12 +1206,12 @@ fn print_banner(
             }
         })
         .collect();
-    println!("options: {}", opts.join(", "));
+    crate::say!("options: {}", opts.join(", "));
     match ts {
-        Some(t) => println!(
+        Some(t) => crate::say!(
             "timestamps: SCHED+SND+ACK per write, keyed by byte offset ({})",
             if t.opt_id_tcp { "OPT_ID_TCP" } else { "OPT_ID" }
         ),
-        None => println!("timestamps: off (--no-timestamps): sojourn is not measured"),
+        None => crate::say!("timestamps: off (--no-timestamps): sojourn is not measured"),
     }
 }

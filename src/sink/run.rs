@@ -144,7 +144,7 @@ struct Sink<'a> {
 impl Sink<'_> {
     fn emit(&mut self, row: SinkIntervalRow) -> Result<(), SinkError> {
         if !self.cfg.quiet || row.kind == "total" {
-            println!("{}", human::sink_interval_line(&row));
+            crate::say!("{}", human::sink_interval_line(&row));
         }
         if let Some(csv) = &mut self.csv {
             csv.write(&row)?;
@@ -170,7 +170,7 @@ impl Sink<'_> {
                             EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP, id),
                         )
                         .map_err(os("epoll_ctl(ADD connection)"))?;
-                    println!("[{:>3}] connection from {peer}", id - FIRST_CONN_TOKEN + 1);
+                    crate::say!("[{:>3}] connection from {peer}", id - FIRST_CONN_TOKEN + 1);
                     self.conns.insert(
                         id,
                         Conn {
@@ -236,7 +236,7 @@ impl Sink<'_> {
                             Some(true) => "same boot id: clocks shared, latencies are exact",
                             _ => "different hosts: latencies only as good as the hosts' clock sync",
                         };
-                        println!("[{:>3}] trip times from {} ({clocks})", conn.id, conn.peer);
+                        crate::say!("[{:>3}] trip times from {} ({clocks})", conn.id, conn.peer);
                     }
                     if let Some(csv) = &mut self.messages_csv {
                         for r in self.rows.drain(..) {
@@ -340,9 +340,11 @@ impl Sink<'_> {
             self.emit(row)?;
         }
         if ending != Ending::Eof {
-            println!(
+            crate::say!(
                 "[{:>3}] connection from {} {reason} after {} bytes",
-                conn.id, conn.peer, conn.bytes
+                conn.id,
+                conn.peer,
+                conn.bytes
             );
         }
         let total = Self::interval_row(&conn, "total", Duration::ZERO, end, conn.bytes);
@@ -431,7 +433,7 @@ pub fn run(cfg: &SinkConfig) -> Result<(), SinkError> {
         .ok()
         .and_then(|a| a.as_socket())
         .unwrap_or(cfg.listen);
-    println!(
+    crate::say!(
         "sbm-sink {}: listening on {bound}",
         env!("CARGO_PKG_VERSION")
     );
@@ -467,7 +469,7 @@ pub fn run(cfg: &SinkConfig) -> Result<(), SinkError> {
                 LISTEN_TOKEN => sink.accept_all()?,
                 SIGNAL_TOKEN => {
                     if let Some(sig) = signals.take() {
-                        println!(
+                        crate::say!(
                             "sbm-sink: {sig}: closing {} open connection(s)",
                             sink.conns.len()
                         );

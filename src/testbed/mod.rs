@@ -144,11 +144,11 @@ pub enum ShapeCmd {
 fn run_or_print(cmds: &[cmd::Cmd], dry_run: bool, keep_going: bool) -> Result<(), String> {
     for c in cmds {
         if dry_run {
-            println!("{c}");
+            crate::say!("{c}");
             continue;
         }
         match c.run() {
-            Ok(out) => print!("{out}"),
+            Ok(out) => crate::say_partial!("{out}"),
             Err(e) if keep_going => eprintln!("sbm-testbed: {e}"),
             Err(e) => return Err(e.to_string()),
         }
@@ -177,7 +177,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 owner: owner.unwrap_or_else(|| nix::unistd::getppid().as_raw() as u32),
             };
             let state = wan::up(&spec).map_err(|e| e.to_string())?;
-            println!("{}", status::human(&status::collect(&state)));
+            crate::say!("{}", status::human(&status::collect(&state)));
             Ok(())
         }
         Top::Wan(WanCmd::Set {
@@ -186,7 +186,7 @@ fn run(cli: Cli) -> Result<(), String> {
             prefix,
         }) => {
             let state = wan::set(&prefix.prefix, rate.0, queue).map_err(|e| e.to_string())?;
-            println!("{}", status::human(&status::collect(&state)));
+            crate::say!("{}", status::human(&status::collect(&state)));
             Ok(())
         }
         Top::Wan(WanCmd::Down { prefix }) => {
@@ -202,12 +202,12 @@ fn run(cli: Cli) -> Result<(), String> {
                 .ok_or_else(|| wan::TestbedError::NotUp(prefix.prefix.clone()).to_string())?;
             let s = status::collect(&state);
             if json {
-                println!(
+                crate::say!(
                     "{}",
                     serde_json::to_string_pretty(&s).expect("status serializes")
                 );
             } else {
-                println!("{}", status::human(&s));
+                crate::say!("{}", status::human(&s));
             }
             Ok(())
         }
