@@ -628,7 +628,9 @@ fn sampled_departures_bracket_exact_sched_reports() {
                     num(r, "depart_hi_ns").unwrap(),
                     num(r, "sched_ns").unwrap(),
                 );
-                lo <= sched && sched <= hi
+                // snd_nxt advances just after the skb entered the qdisc, and SIOCOUTQNSD
+                // reads it without the socket lock: the bracket may open a few µs late.
+                lo <= sched + 50_000 && sched <= hi
             })
             .count();
         assert!(
