@@ -625,3 +625,80 @@ fn trip_times_agree_with_the_paths_one_way_delay() {
     );
     assert_eq!(s["trip_estimators"].as_array().unwrap().len(), 5);
 }
+
+/// The snd_nxt sampler on the 172 ms path at 2 Mb/s: where a write has its own TX_SCHED
+/// report, the report lies in the sampler's bracket (64 KiB and 4 KiB writes, Nagle and
+/// NODELAY); and at 86 Mb/s the sampling timer costs no goodput (on against off).
+#[test]
+fn sampler_agrees_with_exact_reports_and_costs_no_goodput() {
+    let _g = serial();
+    let bed = Bed::up("m", &["--rate", "2mbit"]);
+    for (size, nodelay) in [
+        ("64KiB", false),
+        ("64KiB", true),
+        ("4KiB", false),
+        ("4KiB", true),
+    ] {
+        let mut args = vec![
+            "-t",
+            "12s",
+            "--warmup",
+            "2s",
+            "--cc",
+            "cubic",
+            "-l",
+            size,
+            "--replenish-time",
+            "15ms",
+        ];
+        if nodelay {
+            args.push("--nodelay");
+        }
+        let (_, out) = bed.transfer_to(&args);
+        let rows = read_csv(&out.join("writes.csv"));
+        let exact: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r["attribution"] == "exact" && !r["depart_hi_ns"].is_empty())
+            .collect();
+        assert!(
+            exact.len() >= 20,
+            "{size} nodelay={nodelay}: {} exact",
+            exact.len()
+        );
+        let inside = exact
+            .iter()
+            .filter(|r| {
+                let (lo, hi, sched) = (
+                    num(r, "depart_lo_ns").unwrap(),
+                    num(r, "depart_hi_ns").unwrap(),
+                    num(r, "sched_ns").unwrap(),
+                );
+                lo <= sched + 50_000 && sched <= hi
+            })
+            .count();
+        assert!(
+            inside as f64 >= 0.99 * exact.len() as f64,
+            "{size} nodelay={nodelay}: {inside} of {} inside",
+            exact.len()
+        );
+    }
+    bed.set(&["--rate", "86mbit"]);
+    let off = bed.transfer(&[
+        "-t",
+        "15s",
+        "--warmup",
+        "5s",
+        "--cc",
+        "cubic",
+        "--sample-interval",
+        "0s",
+    ]);
+    let on = bed.transfer(&["-t", "15s", "--warmup", "5s", "--cc", "cubic"]);
+    assert_eq!(off["sampling"]["interval_us"], 0);
+    assert_eq!(on["sampling"]["interval_us"], 1000);
+    let (g_off, g_on) = (
+        off["totals"]["goodput_bps"].as_f64().unwrap(),
+        on["totals"]["goodput_bps"].as_f64().unwrap(),
+    );
+    assert!(g_on >= 0.98 * g_off, "sampling on {g_on} vs off {g_off}");
+}

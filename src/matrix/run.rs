@@ -545,7 +545,12 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
                     .ok()
                     .and_then(|t| serde_json::from_str(&t).ok());
             let row = report::summary_row(cell, Some(&st), summary.as_ref());
-            let result = match (row.sojourn_p50_us, row.sojourn_p95_us, row.goodput_bps) {
+            // The same estimator as table.md: the sampler where the run has it.
+            let (p50, p95) = match row.sampled_p50_us {
+                Some(_) => (row.sampled_p50_us, row.sampled_p95_us),
+                None => (row.sojourn_p50_us, row.sojourn_p95_us),
+            };
+            let result = match (p50, p95, row.goodput_bps) {
                 _ if st.status != "ok" => {
                     format!("{}: {}", st.status, st.error.clone().unwrap_or_default())
                 }
