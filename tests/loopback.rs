@@ -615,28 +615,11 @@ fn sampled_departures_bracket_exact_sched_reports() {
             "{tag}: {sampled} of {} sampled",
             rows.len()
         );
-        let exact: Vec<&Row> = rows
-            .iter()
-            .filter(|r| r["attribution"] == "exact" && !r["depart_hi_ns"].is_empty())
-            .collect();
-        assert!(exact.len() > 100, "{tag}: {} exact", exact.len());
-        let inside = exact
-            .iter()
-            .filter(|r| {
-                let (lo, hi, sched) = (
-                    num(r, "depart_lo_ns").unwrap(),
-                    num(r, "depart_hi_ns").unwrap(),
-                    num(r, "sched_ns").unwrap(),
-                );
-                // snd_nxt advances just after the skb entered the qdisc, and SIOCOUTQNSD
-                // reads it without the socket lock: the bracket may open a few µs late.
-                lo <= sched + 50_000 && sched <= hi
-            })
-            .count();
+        let (inside, exact) = exact_reports_inside_bracket(&rows);
+        assert!(exact > 100, "{tag}: {exact} exact");
         assert!(
-            inside as f64 >= 0.99 * exact.len() as f64,
-            "{tag}: {inside} of {} inside",
-            exact.len()
+            inside as f64 >= 0.99 * exact as f64,
+            "{tag}: {inside} of {exact} inside"
         );
         let summary = read_json(&out.join("summary.json"));
         assert!(summary["sojourn_sampled"]["count"].as_u64().unwrap() > 0);

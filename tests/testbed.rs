@@ -656,30 +656,11 @@ fn sampler_agrees_with_exact_reports_and_costs_no_goodput() {
         }
         let (_, out) = bed.transfer_to(&args);
         let rows = read_csv(&out.join("writes.csv"));
-        let exact: Vec<&Row> = rows
-            .iter()
-            .filter(|r| r["attribution"] == "exact" && !r["depart_hi_ns"].is_empty())
-            .collect();
+        let (inside, exact) = exact_reports_inside_bracket(&rows);
+        assert!(exact >= 20, "{size} nodelay={nodelay}: {exact} exact");
         assert!(
-            exact.len() >= 20,
-            "{size} nodelay={nodelay}: {} exact",
-            exact.len()
-        );
-        let inside = exact
-            .iter()
-            .filter(|r| {
-                let (lo, hi, sched) = (
-                    num(r, "depart_lo_ns").unwrap(),
-                    num(r, "depart_hi_ns").unwrap(),
-                    num(r, "sched_ns").unwrap(),
-                );
-                lo <= sched + 50_000 && sched <= hi
-            })
-            .count();
-        assert!(
-            inside as f64 >= 0.99 * exact.len() as f64,
-            "{size} nodelay={nodelay}: {inside} of {} inside",
-            exact.len()
+            inside as f64 >= 0.99 * exact as f64,
+            "{size} nodelay={nodelay}: {inside} of {exact} inside"
         );
     }
     bed.set(&["--rate", "86mbit"]);

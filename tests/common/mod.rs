@@ -262,3 +262,26 @@ pub fn sink_total_bytes(dir: &Path) -> u64 {
         .map(|r| num(r, "bytes").unwrap())
         .sum()
 }
+
+/// Of the writes with their own TX_SCHED report and a sampled departure, how many have the
+/// report inside the sampler's bracket: (inside, exact). snd_nxt advances just after the
+/// skb entered the qdisc and SIOCOUTQNSD reads it without the socket lock, so the bracket
+/// may open up to a few µs after the report (50 µs allowed).
+pub fn exact_reports_inside_bracket(rows: &[Row]) -> (usize, usize) {
+    let exact: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r["attribution"] == "exact" && !r["depart_hi_ns"].is_empty())
+        .collect();
+    let inside = exact
+        .iter()
+        .filter(|r| {
+            let (lo, hi, sched) = (
+                num(r, "depart_lo_ns").unwrap(),
+                num(r, "depart_hi_ns").unwrap(),
+                num(r, "sched_ns").unwrap(),
+            );
+            lo <= sched + 50_000 && sched <= hi
+        })
+        .count();
+    (inside, exact.len())
+}
