@@ -35,6 +35,7 @@ pub fn package_of(program: &str) -> &'static str {
         "iptables" => "iptables",
         "ethtool" => "ethtool",
         "modprobe" => "kmod",
+        "sysctl" => "procps",
         _ => "coreutils",
     }
 }

@@ -5,6 +5,7 @@ pub mod cmd;
 pub mod plan;
 pub mod shape;
 pub mod status;
+pub mod uml;
 pub mod wan;
 
 use std::time::Duration;
@@ -33,6 +34,97 @@ pub enum Top {
     /// Shape one interface of a real host.
     #[command(subcommand)]
     Shape(ShapeCmd),
+    /// The sender as a User-Mode Linux guest with the patched kernel (TCP_REPLENISH_TIME).
+    #[command(subcommand)]
+    Uml(UmlCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct KernelSource {
+    /// The directory with patches/ and uml.config.
+    #[arg(long, default_value_os_t = uml::build::default_kernel_dir())]
+    pub kernel_dir: std::path::PathBuf,
+    /// Where built kernels are cached ($SBM_UML_CACHE, else $XDG_CACHE_HOME/sbm/uml or
+    /// ~/.cache/sbm/uml).
+    #[arg(long, default_value_os_t = uml::build::default_cache_root())]
+    pub cache: std::path::PathBuf,
+}
+
+/// A guest sysctl: NAME=VALUE.
+fn parse_sysctl(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => {
+            Ok((k.to_string(), v.to_string()))
+        }
+        _ => Err(format!(
+            "'{s}': expected NAME=VALUE, e.g. net.ipv4.tcp_replenish_submss=0"
+        )),
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UmlCmd {
+    /// Build the patched UML kernel (cached: a second build with the same inputs is instant).
+    #[command(
+        after_help = "Example:\n  testbed/uml build            # ~4 minutes the first time on 2 cores"
+    )]
+    Build {
+        #[command(flatten)]
+        source: KernelSource,
+        /// Parallel compile jobs (default: the number of CPUs).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Rebuild even if the cache has this kernel.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Print the cached kernel's path (building it first if needed).
+    Path {
+        #[command(flatten)]
+        source: KernelSource,
+    },
+    /// Check kernel/patches with the source's scripts/checkpatch.pl --strict.
+    Checkpatch {
+        #[command(flatten)]
+        source: KernelSource,
+    },
+    /// Boot a sender guest on a bed's snd namespace and run a command in it.
+    #[command(
+        after_help = "The command runs inside the guest from the host's file system; its output directory\nis OUT (mounted read-write in the guest at the same path).\n\nExamples:\n  testbed/wan up --rate 2mbit --prefix sbm\n  ip netns exec sbm-rcv target/release/sbm-sink --listen 198.18.2.1:5301 &\n  testbed/uml run --out /var/tmp/r1 -- target/release/sbm-send --connect 198.18.2.1 \\\n      -t 40s --replenish-time 15000 --replenish-impl kernel --out /var/tmp/r1\n  testbed/uml run --cpu-quota 35 --cpu-period 10ms --out /var/tmp/r2 -- ..."
+    )]
+    Run {
+        #[command(flatten)]
+        prefix: PrefixArg,
+        #[command(flatten)]
+        source: KernelSource,
+        /// A kernel to boot instead of the cached build.
+        #[arg(long)]
+        kernel: Option<std::path::PathBuf>,
+        /// Output directory (created; mounted read-write in the guest).
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Limit the whole guest to PCT percent of one CPU (cgroup CFS quota).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+        cpu_quota: Option<u32>,
+        /// The quota's period.
+        #[arg(long, default_value = "10ms", value_parser = units::parse_duration)]
+        cpu_period: Duration,
+        /// Guest memory in MiB.
+        #[arg(long, default_value_t = 512)]
+        mem: u32,
+        /// MTU of the guest's interface (1280 gives the report's MSS of 1228).
+        #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(576..=65535))]
+        mtu: u32,
+        /// A sysctl to set in the guest first, NAME=VALUE (repeatable).
+        #[arg(long = "sysctl", value_parser = parse_sysctl)]
+        sysctls: Vec<(String, String)>,
+        /// Stop the guest's command after this long (then end the guest).
+        #[arg(long, default_value = "10min", value_parser = units::parse_duration)]
+        timeout: Duration,
+        /// The command to run in the guest.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 /// A bottleneck rate in bit/s; None = no bottleneck (`off`).
@@ -156,8 +248,112 @@ fn run_or_print(cmds: &[cmd::Cmd], dry_run: bool, keep_going: bool) -> Result<()
     Ok(())
 }
 
-fn run(cli: Cli) -> Result<(), String> {
+fn build_kernel(
+    source: &KernelSource,
+    jobs: Option<usize>,
+    force: bool,
+) -> Result<uml::build::Built, String> {
+    let inputs = uml::build::BuildInputs::discover(&source.kernel_dir, source.cache.clone())
+        .map_err(|e| e.to_string())?;
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    uml::build::build(&inputs, jobs, force, &mut |line| {
+        eprintln!("sbm-testbed uml build: {line}")
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Exit status of `uml run`: the guest command's, or 1 when it never reported one.
+fn run_uml(spec: &uml::RunSpec) -> Result<i32, String> {
+    let signals = crate::signals::StopSignals::install().map_err(|e| format!("signalfd: {e}"))?;
+    let record = uml::run(spec, &mut || signals.take().is_some()).map_err(|e| e.to_string())?;
+    if let Some(why) = &record.stopped {
+        eprintln!("sbm-testbed: guest stopped: {why}");
+    }
+    if let Some(q) = &record.cpu_quota {
+        eprintln!(
+            "sbm-testbed: cpu quota {}% of {} us: throttled in {} of {} periods ({} ms in all)",
+            q.pct,
+            q.period_us,
+            q.stat.nr_throttled,
+            q.stat.nr_periods,
+            q.stat.throttled_us / 1000
+        );
+    }
+    match record.guest_exit {
+        Some(code) => Ok(code),
+        None => Err(format!(
+            "the guest reported no exit status; see {}",
+            spec.out_dir.join("guest-console.log").display()
+        )),
+    }
+}
+
+fn run(cli: Cli) -> Result<i32, String> {
     match cli.cmd {
+        Top::Uml(UmlCmd::Build {
+            source,
+            jobs,
+            force,
+        }) => {
+            let built = build_kernel(&source, jobs, force)?;
+            crate::say!(
+                "{} ({}; key {}{})",
+                built.kernel.display(),
+                built.record.source_version,
+                built.record.key,
+                if built.fresh {
+                    format!(", built in {:.0} s", built.record.build_seconds)
+                } else {
+                    ", cached".to_string()
+                }
+            );
+            Ok(0)
+        }
+        Top::Uml(UmlCmd::Path { source }) => {
+            let built = build_kernel(&source, None, false)?;
+            crate::say!("{}", built.kernel.display());
+            Ok(0)
+        }
+        Top::Uml(UmlCmd::Checkpatch { source }) => {
+            let inputs = uml::build::BuildInputs::discover(&source.kernel_dir, source.cache)
+                .map_err(|e| e.to_string())?;
+            let report = uml::build::checkpatch(&inputs).map_err(|e| e.to_string())?;
+            crate::say_partial!("{report}");
+            Ok(0)
+        }
+        Top::Uml(UmlCmd::Run {
+            prefix,
+            source,
+            kernel,
+            out,
+            cpu_quota,
+            cpu_period,
+            mem,
+            mtu,
+            sysctls,
+            timeout,
+            command,
+        }) => {
+            let kernel = match kernel {
+                Some(k) => k,
+                None => build_kernel(&source, None, false)?.kernel,
+            };
+            let quota = cpu_quota
+                .map(|pct| uml::cgroup::Quota::new(pct, cpu_period))
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            run_uml(&uml::RunSpec {
+                prefix: prefix.prefix,
+                kernel,
+                out_dir: out,
+                quota,
+                mem_mb: mem,
+                mtu,
+                sysctls,
+                timeout,
+                command,
+            })
+        }
         Top::Wan(WanCmd::Up {
             rtt,
             rate,
@@ -178,7 +374,7 @@ fn run(cli: Cli) -> Result<(), String> {
             };
             let state = wan::up(&spec).map_err(|e| e.to_string())?;
             crate::say!("{}", status::human(&status::collect(&state)));
-            Ok(())
+            Ok(0)
         }
         Top::Wan(WanCmd::Set {
             rate,
@@ -187,14 +383,14 @@ fn run(cli: Cli) -> Result<(), String> {
         }) => {
             let state = wan::set(&prefix.prefix, rate.0, queue).map_err(|e| e.to_string())?;
             crate::say!("{}", status::human(&status::collect(&state)));
-            Ok(())
+            Ok(0)
         }
         Top::Wan(WanCmd::Down { prefix }) => {
             wan::validate_prefix(&prefix.prefix).map_err(|e| e.to_string())?;
             for p in wan::down(&prefix.prefix) {
                 eprintln!("sbm-testbed: {p}");
             }
-            Ok(())
+            Ok(0)
         }
         Top::Wan(WanCmd::Status { json, prefix }) => {
             wan::validate_prefix(&prefix.prefix).map_err(|e| e.to_string())?;
@@ -209,7 +405,7 @@ fn run(cli: Cli) -> Result<(), String> {
             } else {
                 crate::say!("{}", status::human(&s));
             }
-            Ok(())
+            Ok(0)
         }
         Top::Shape(ShapeCmd::Apply {
             dev,
@@ -228,14 +424,15 @@ fn run(cli: Cli) -> Result<(), String> {
                 dry_run,
                 false,
             )
+            .map(|()| 0)
         }
         Top::Shape(ShapeCmd::Clear {
             dev,
             ingress,
             dry_run,
-        }) => run_or_print(&shape::clear_commands(&dev, ingress), dry_run, true),
+        }) => run_or_print(&shape::clear_commands(&dev, ingress), dry_run, true).map(|()| 0),
         Top::Shape(ShapeCmd::Show { dev }) => {
-            run_or_print(&shape::show_commands(&dev), false, false)
+            run_or_print(&shape::show_commands(&dev), false, false).map(|()| 0)
         }
     }
 }
@@ -251,7 +448,7 @@ where
         Err(code) => return code,
     };
     match run(cli) {
-        Ok(()) => 0,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("sbm-testbed: {e}");
             1

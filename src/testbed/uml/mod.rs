@@ -1,0 +1,349 @@
+//! The sender as a User-Mode Linux guest running our patched kernel (kernel/patches),
+//! attached by a tap in the bed's snd namespace, so delay and bottleneck stay outside the
+//! guest. `testbed/uml build` makes the kernel; `testbed/uml run` boots it, runs sbm-send
+//! inside from the host's file system, optionally under a cgroup CPU quota, and leaves the
+//! output (plus `uml.json`, `guest-console.log`) in the output directory.
+
+pub mod build;
+pub mod cgroup;
+pub mod guest;
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::cmd::{Cmd, CmdError};
+use super::wan;
+use cgroup::{CpuStat, GuestCgroup, Quota};
+use guest::GuestSpec;
+
+/// The host end of the guest's link, in the snd namespace (one guest per bed).
+pub const TAP: &str = "sbmuml0";
+
+#[derive(Debug, thiserror::Error)]
+pub enum UmlError {
+    #[error(transparent)]
+    Testbed(#[from] wan::TestbedError),
+    #[error(transparent)]
+    Cmd(#[from] CmdError),
+    #[error(transparent)]
+    Build(#[from] build::BuildError),
+    #[error(transparent)]
+    Cgroup(#[from] cgroup::CgroupError),
+    #[error("a guest is already running on bed '{0}' (one at a time: it owns {TAP} and {addr})", addr = guest::GUEST_ADDR)]
+    Busy(String),
+    #[error("{0}")]
+    BadPath(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the guest kernel {0} could not start: {1}")]
+    Spawn(PathBuf, std::io::Error),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> UmlError + '_ {
+    move |source| UmlError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What `testbed/uml run` is asked to do.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub prefix: String,
+    pub kernel: PathBuf,
+    pub out_dir: PathBuf,
+    pub quota: Option<Quota>,
+    pub mem_mb: u32,
+    pub mtu: u32,
+    pub sysctls: Vec<(String, String)>,
+    /// The guest is stopped (its command asked first) after this long.
+    pub timeout: Duration,
+    pub command: Vec<String>,
+}
+
+/// `uml.json`: how the guest ran, and the proof that a CPU quota held.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRecord {
+    pub kernel: String,
+    pub kernel_args: Vec<String>,
+    pub init_script: String,
+    pub tap: String,
+    pub guest_addr: &'static str,
+    pub mtu: u32,
+    pub sysctls: Vec<(String, String)>,
+    pub command: Vec<String>,
+    pub cpu_quota: Option<QuotaRecord>,
+    /// The command's exit status inside the guest; None if the guest never reported one.
+    pub guest_exit: Option<i32>,
+    /// Why the host ended the guest, if it did.
+    pub stopped: Option<String>,
+    pub wall_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QuotaRecord {
+    pub pct: u32,
+    pub period_us: u64,
+    pub quota_us: u64,
+    pub cgroup_version: cgroup::Version,
+    pub cgroup: String,
+    /// Counters over the guest's life (the group is made for it, so they start at zero).
+    pub stat: CpuStat,
+    /// nr_throttled / nr_periods.
+    pub throttled_share: Option<f64>,
+}
+
+/// Connects the guest to the bed: a tap with the host address in snd, forwarding in snd,
+/// and wan's route back to the guest's network.
+fn attach(names: &wan::Names) -> Result<(), UmlError> {
+    let _ = Cmd::new("ip", &["link", "del", TAP])
+        .in_ns(&names.snd)
+        .run();
+    Cmd::new("ip", &["tuntap", "add", "dev", TAP, "mode", "tap"])
+        .in_ns(&names.snd)
+        .run()?;
+    Cmd::new(
+        "ip",
+        &[
+            "addr",
+            "add",
+            &format!("{}/24", guest::HOST_ADDR),
+            "dev",
+            TAP,
+        ],
+    )
+    .in_ns(&names.snd)
+    .run()?;
+    Cmd::new("ip", &["link", "set", TAP, "up"])
+        .in_ns(&names.snd)
+        .run()?;
+    Cmd::new("sysctl", &["-q", "-w", "net.ipv4.ip_forward=1"])
+        .in_ns(&names.snd)
+        .run()?;
+    Cmd::new(
+        "ip",
+        &["route", "replace", guest::GUEST_NET, "via", wan::SND_ADDR],
+    )
+    .in_ns(&names.wan)
+    .run()?;
+    Ok(())
+}
+
+fn detach(names: &wan::Names) {
+    let _ = Cmd::new("ip", &["link", "del", TAP])
+        .in_ns(&names.snd)
+        .run();
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Starts the kernel in snd's namespace, first moving the shell that execs it into the
+/// cgroup so that every process UML forks is counted and limited.
+fn spawn_guest(
+    snd: &str,
+    g: &GuestSpec,
+    cg: Option<&GuestCgroup>,
+    console: &Path,
+) -> Result<Child, UmlError> {
+    let mut line = String::new();
+    if let Some(cg) = cg {
+        for f in cg.procs_files() {
+            line.push_str(&format!(
+                "echo $$ > {} || exit 126; ",
+                sh_quote(&f.to_string_lossy())
+            ));
+        }
+    }
+    line.push_str("exec ip netns exec ");
+    line.push_str(&sh_quote(snd));
+    line.push(' ');
+    line.push_str(&sh_quote(&g.kernel.to_string_lossy()));
+    for a in guest::kernel_args(g) {
+        line.push(' ');
+        line.push_str(&sh_quote(&a));
+    }
+    let log = File::create(console).map_err(io_err(console))?;
+    let log2 = log.try_clone().map_err(io_err(console))?;
+    use std::os::unix::process::CommandExt;
+    Command::new("sh")
+        .args(["-c", &line])
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        // Its own process group: a terminal's Ctrl-C reaches us, and we stop the guest's
+        // command cleanly through the stop file instead of killing the kernel.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| UmlError::Spawn(g.kernel.clone(), e))
+}
+
+/// Boots the guest, runs the command, brings everything back. `should_stop` is polled
+/// (e.g. a Ctrl-C): the guest's command is then asked to stop and given 30 s.
+pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunRecord, UmlError> {
+    wan::validate_prefix(&spec.prefix)?;
+    let state =
+        wan::load_state(&spec.prefix).ok_or(wan::TestbedError::NotUp(spec.prefix.clone()))?;
+    if !wan::healthy(&state) {
+        return Err(wan::TestbedError::NotUp(spec.prefix.clone()).into());
+    }
+    let names = wan::Names::new(&spec.prefix);
+    let bed_dir = wan::run_dir().join(&spec.prefix);
+    let lock_path = bed_dir.join("uml.lock");
+    let lock_file = File::create(&lock_path).map_err(io_err(&lock_path))?;
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|_| UmlError::Busy(spec.prefix.clone()))?;
+
+    fs::create_dir_all(&spec.out_dir).map_err(io_err(&spec.out_dir))?;
+    let out_dir = fs::canonicalize(&spec.out_dir).map_err(io_err(&spec.out_dir))?;
+    let work = bed_dir.join(format!("uml-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(work.join("uml")).map_err(io_err(&work))?;
+    for p in [&out_dir, &work, &spec.kernel] {
+        guest::check_path(p).map_err(UmlError::BadPath)?;
+    }
+    for f in [guest::EXIT_FILE, guest::STOP_FILE] {
+        let _ = fs::remove_file(out_dir.join(f));
+    }
+    let g = GuestSpec {
+        kernel: spec.kernel.clone(),
+        mem_mb: spec.mem_mb,
+        tap: TAP.into(),
+        mtu: spec.mtu,
+        sysctls: spec.sysctls.clone(),
+        out_dir: out_dir.clone(),
+        command: spec.command.clone(),
+        init_path: work.join("init"),
+        uml_dir: work.join("uml"),
+        umid: format!("sbm-{}", spec.prefix),
+    };
+    let script = guest::init_script(&g);
+    write_executable(&g.init_path, &script)?;
+
+    let cg = spec
+        .quota
+        .map(|q| {
+            GuestCgroup::create(
+                &format!("sbm-uml-{}-{}", spec.prefix, std::process::id()),
+                q,
+            )
+        })
+        .transpose()?;
+    attach(&names)?;
+    let started = Instant::now();
+    let console = out_dir.join("guest-console.log");
+    let result = spawn_guest(&names.snd, &g, cg.as_ref(), &console)
+        .map(|mut child| supervise(&mut child, &out_dir, spec.timeout, should_stop));
+    detach(&names);
+    let _ = fs::remove_file(out_dir.join(guest::STOP_FILE));
+    let stopped = result?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let cpu_quota = match &cg {
+        Some(cg) => Some(quota_record(cg)?),
+        None => None,
+    };
+    drop(cg);
+    let _ = fs::remove_dir_all(&work);
+    let guest_exit = fs::read_to_string(out_dir.join(guest::EXIT_FILE))
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    let record = RunRecord {
+        kernel: spec.kernel.display().to_string(),
+        kernel_args: guest::kernel_args(&g),
+        init_script: script,
+        tap: TAP.into(),
+        guest_addr: guest::GUEST_ADDR,
+        mtu: spec.mtu,
+        sysctls: spec.sysctls.clone(),
+        command: spec.command.clone(),
+        cpu_quota,
+        guest_exit,
+        stopped,
+        wall_s,
+    };
+    let json_path = out_dir.join("uml.json");
+    let json = serde_json::to_vec_pretty(&record).expect("record serializes");
+    fs::write(&json_path, json).map_err(io_err(&json_path))?;
+    Ok(record)
+}
+
+fn write_executable(path: &Path, text: &str) -> Result<(), UmlError> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::write(path, text).map_err(io_err(path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).map_err(io_err(path))
+}
+
+fn quota_record(cg: &GuestCgroup) -> Result<QuotaRecord, UmlError> {
+    let stat = cg.stat()?;
+    Ok(QuotaRecord {
+        pct: cg.quota.pct,
+        period_us: cg.quota.period_us(),
+        quota_us: cg.quota.quota_us(),
+        cgroup_version: cg.version,
+        cgroup: cg.dir.display().to_string(),
+        throttled_share: (stat.nr_periods > 0)
+            .then(|| stat.nr_throttled as f64 / stat.nr_periods as f64),
+        stat,
+    })
+}
+
+/// Waits for the guest to power off. On a stop request or the timeout, asks its command to
+/// stop (the stop file), then ends the kernel after a grace period. Returns why it stopped
+/// the guest, if it did.
+fn supervise(
+    child: &mut Child,
+    out_dir: &Path,
+    timeout: Duration,
+    should_stop: &mut dyn FnMut() -> bool,
+) -> Option<String> {
+    const GRACE: Duration = Duration::from_secs(30);
+    let started = Instant::now();
+    let mut asked: Option<(Instant, String)> = None;
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return asked.map(|(_, why)| why);
+        }
+        if asked.is_none() {
+            let why = if should_stop() {
+                Some("interrupted".to_string())
+            } else if started.elapsed() >= timeout {
+                Some(format!("still running after {} s", timeout.as_secs()))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                let _ = File::create(out_dir.join(guest::STOP_FILE));
+                asked = Some((Instant::now(), why));
+            }
+        }
+        if let Some((at, why)) = &asked {
+            if at.elapsed() >= GRACE {
+                // UML exits on SIGTERM after tidying its host side (last_ditch_exit).
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return Some(format!("{why}; the guest was ended"));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                return Some(format!("{why}; the guest was killed"));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
