@@ -36,6 +36,9 @@ pub struct SummaryRow {
     pub write_size: String,
     pub nodelay: bool,
     pub cc: String,
+    /// host | uml
+    pub sender_kernel: String,
+    pub cpu_quota: Option<u32>,
     pub repetition: u32,
     pub status: String,
     pub error: Option<String>,
@@ -59,18 +62,49 @@ pub struct SummaryRow {
     pub min_rtt_us: Option<u64>,
     pub advance_p50_us: Option<u64>,
     pub invited_after_dry: Option<u64>,
+    /// The guest's cgroup under a CPU quota (uml.json): share of periods throttled, time
+    /// throttled, CPU time used.
+    pub cpu_throttled_share: Option<f64>,
+    pub cpu_throttled_us: Option<u64>,
+    pub cpu_usage_us: Option<u64>,
 }
 
 fn u(v: &Value) -> Option<u64> {
     v.as_u64()
 }
 
-pub fn summary_row(
-    cell: &Cell,
-    status: Option<&CellStatus>,
-    summary: Option<&Value>,
-) -> SummaryRow {
-    let s = summary.cloned().unwrap_or(Value::Null);
+/// A cell's files as the report reads them (each may be missing).
+#[derive(Debug, Default)]
+pub struct CellFiles {
+    pub status: Option<CellStatus>,
+    /// sbm-send's summary.json
+    pub summary: Option<Value>,
+    /// testbed/uml's uml.json (UML cells)
+    pub uml: Option<Value>,
+}
+
+impl CellFiles {
+    pub fn read(dir: &Path) -> CellFiles {
+        let json = |name: &str| -> Option<Value> {
+            std::fs::read_to_string(dir.join(name))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+        };
+        CellFiles {
+            status: json("cell.json").and_then(|v| serde_json::from_value(v).ok()),
+            summary: json("summary.json"),
+            uml: json("uml.json"),
+        }
+    }
+}
+
+pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
+    let status = files.status.as_ref();
+    let s = files.summary.clone().unwrap_or(Value::Null);
+    let quota = files
+        .uml
+        .as_ref()
+        .map_or(Value::Null, |u| u["cpu_quota"].clone());
     let after = &s["attribution_after_warmup"];
     let policy =
         s["policy"]["kind"]
@@ -88,6 +122,8 @@ pub fn summary_row(
         write_size: cell.write_size.clone(),
         nodelay: cell.nodelay,
         cc: cell.cc.clone(),
+        sender_kernel: cell.sender_kernel.clone(),
+        cpu_quota: cell.cpu_quota,
         repetition: cell.repetition,
         status: status.map_or("not run".into(), |st| st.status.clone()),
         error: status.and_then(|st| st.error.clone()),
@@ -111,6 +147,9 @@ pub fn summary_row(
         min_rtt_us: u(&s["min_rtt_us"]),
         advance_p50_us: u(&s["advance_notice"]["p50_us"]),
         invited_after_dry: u(&s["invited_after_dry"]),
+        cpu_throttled_share: quota["throttled_share"].as_f64(),
+        cpu_throttled_us: u(&quota["stat"]["throttled_us"]),
+        cpu_usage_us: u(&quota["stat"]["usage_us"]),
     }
 }
 
@@ -167,6 +206,16 @@ fn row_key(spec: &MatrixSpec, row: &SummaryRow) -> String {
     }
     if a.cc.len() > 1 {
         extra.push(row.cc.clone());
+    }
+    if a.sender_kernel.len() > 1 {
+        extra.push(if row.sender_kernel == "uml" {
+            "patched kernel in UML".into()
+        } else {
+            "host kernel".into()
+        });
+    }
+    if let Some(q) = row.cpu_quota {
+        extra.push(format!("CPU {q}%"));
     }
     if !extra.is_empty() {
         key.push_str(&format!(" ({})", extra.join(", ")));
@@ -399,14 +448,7 @@ fn interval_series(dir: &Path, column: &str, scale: f64) -> Vec<(f64, f64)> {
 pub fn write_all(run_dir: &Path, spec: &MatrixSpec, cells: &[Cell]) -> Result<String, String> {
     let mut rows = vec![];
     for c in cells {
-        let dir = run_dir.join(&c.name);
-        let status: Option<CellStatus> = std::fs::read_to_string(dir.join("cell.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
-        let summary: Option<Value> = std::fs::read_to_string(dir.join("summary.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
-        rows.push(summary_row(c, status.as_ref(), summary.as_ref()));
+        rows.push(summary_row(c, &CellFiles::read(&run_dir.join(&c.name))));
     }
     let mut w = csv::Writer::from_path(run_dir.join("summary.csv")).map_err(|e| e.to_string())?;
     for r in &rows {
@@ -557,6 +599,8 @@ mod tests {
             write_size: "64KiB".into(),
             nodelay: false,
             cc: "cubic".into(),
+            sender_kernel: "host".into(),
+            cpu_quota: None,
             repetition: 1,
             status: "ok".into(),
             error: None,
@@ -580,6 +624,9 @@ mod tests {
             min_rtt_us: None,
             advance_p50_us: None,
             invited_after_dry: None,
+            cpu_throttled_share: None,
+            cpu_throttled_us: None,
+            cpu_usage_us: None,
         }
     }
 

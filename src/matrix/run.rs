@@ -168,6 +168,9 @@ struct Meta {
     write_size: String,
     nodelay: bool,
     cc: String,
+    sender_kernel: String,
+    cpu_quota: Option<u32>,
+    guest_sysctls: Vec<(String, String)>,
     repetition: u32,
     sink_command: Vec<String>,
     send_command: Vec<String>,
@@ -202,11 +205,69 @@ fn last_error_line(log: &Path, program: &str) -> Option<String> {
 }
 
 /// Runs one cell in `dir`. Returns its status and whether the run was interrupted.
+/// Wraps the sbm-send command line so that it runs where the cell says: in the bed's
+/// snd namespace, or inside a UML guest of the patched kernel (`kernel`) attached to it.
+fn sender_command(
+    spec: &MatrixSpec,
+    prefix: &str,
+    cell: &Cell,
+    dir: &Path,
+    kernel: Option<&Path>,
+    sender: Vec<String>,
+) -> Vec<String> {
+    let mut cmd: Vec<String> = match (cell.sender_kernel.as_str(), kernel) {
+        ("uml", Some(kernel)) => {
+            let limit = cell.duration
+                + cell.drain_timeout.unwrap_or(Duration::from_secs(60))
+                + Duration::from_secs(30);
+            let mut c: Vec<String> = vec![
+                bin_dir().join("sbm-testbed").to_string_lossy().into_owned(),
+                "uml".into(),
+                "run".into(),
+                "--prefix".into(),
+                prefix.into(),
+                "--kernel".into(),
+                kernel.to_string_lossy().into_owned(),
+                "--out".into(),
+                dir.to_string_lossy().into_owned(),
+                "--mtu".into(),
+                spec.uml.mtu.to_string(),
+                "--mem".into(),
+                spec.uml.mem.to_string(),
+                "--timeout".into(),
+                format!("{}s", limit.as_secs()),
+            ];
+            if let Some(q) = cell.cpu_quota {
+                c.extend([
+                    "--cpu-quota".into(),
+                    q.to_string(),
+                    "--cpu-period".into(),
+                    spec.uml.cpu_period.clone(),
+                ]);
+            }
+            for (k, v) in &cell.guest_sysctls {
+                c.extend(["--sysctl".into(), format!("{k}={v}")]);
+            }
+            c.push("--".into());
+            c
+        }
+        _ => vec![
+            "ip".into(),
+            "netns".into(),
+            "exec".into(),
+            wan::Names::new(prefix).snd,
+        ],
+    };
+    cmd.extend(sender);
+    cmd
+}
+
 fn run_cell(
     spec: &MatrixSpec,
     prefix: &str,
     cell: &Cell,
     dir: &Path,
+    kernel: Option<&Path>,
     signals: &StopSignals,
 ) -> (CellStatus, bool) {
     let started = now_unix_s();
@@ -248,10 +309,6 @@ fn run_cell(
         "-q".into(),
     ];
     let mut send_cmd: Vec<String> = vec![
-        "ip".into(),
-        "netns".into(),
-        "exec".into(),
-        names.snd.clone(),
         bins.join("sbm-send").to_string_lossy().into_owned(),
         "--connect".into(),
         format!("{}:{SINK_PORT}", wan::RCV_ADDR),
@@ -277,6 +334,7 @@ fn run_cell(
         send_cmd.extend(["--drain-timeout".into(), format!("{}ms", d.as_millis())]);
     }
     send_cmd.extend(cell.args.iter().cloned());
+    let send_cmd = sender_command(spec, prefix, cell, dir, kernel, send_cmd);
 
     let sink_log = dir.join("sink.log");
     let mut sink = match spawn_logged(&sink_cmd, &sink_log) {
@@ -355,6 +413,9 @@ fn run_cell(
         write_size: cell.write_size.clone(),
         nodelay: cell.nodelay,
         cc: cell.cc.clone(),
+        sender_kernel: cell.sender_kernel.clone(),
+        cpu_quota: cell.cpu_quota,
+        guest_sysctls: cell.guest_sysctls.clone(),
         repetition: cell.repetition,
         sink_command: sink_cmd,
         send_command: send_cmd,
@@ -448,13 +509,17 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         );
         for c in &todo {
             crate::say!(
-                "  {:<40} {:<8} {:<28} {:>7} {}{} {:>5} ~{}",
+                "  {:<40} {:<8} {:<28} {:>7} {}{}{}{} {:>5} ~{}",
                 c.name,
                 c.rate,
                 c.label,
                 c.write_size,
                 c.cc,
                 if c.nodelay { " nodelay" } else { "" },
+                if c.sender_kernel == "uml" { " uml" } else { "" },
+                c.cpu_quota
+                    .map(|q| format!(" cpu {q}%"))
+                    .unwrap_or_default(),
                 format!("{}s", c.duration.as_secs()),
                 fmt_dur(estimate(&spec, c)),
             );
@@ -496,6 +561,28 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         },
         owner: std::process::id(),
     };
+    // The patched kernel for UML cells, built (or found in the cache) before the path
+    // goes up: a first build takes minutes.
+    let kernel = if todo.iter().any(|c| c.sender_kernel == "uml") {
+        let inputs = crate::testbed::uml::build::BuildInputs::discover(
+            &crate::testbed::uml::build::default_kernel_dir(),
+            crate::testbed::uml::build::default_cache_root(),
+        )
+        .map_err(|e| format!("UML kernel: {e}"))?;
+        let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let built = crate::testbed::uml::build::build(&inputs, jobs, false, &mut |line| {
+            crate::say!("sbm-matrix: UML kernel: {line}")
+        })
+        .map_err(|e| format!("UML kernel: {e}"))?;
+        crate::say!(
+            "sbm-matrix: UML kernel {} (key {})",
+            built.kernel.display(),
+            built.record.key
+        );
+        Some(built.kernel)
+    } else {
+        None
+    };
     crate::say!(
         "sbm-matrix: {} cells -> {} (about {})",
         todo.len(),
@@ -534,17 +621,14 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
             }
             let _ = std::io::stdout().flush();
             let dir = run_dir.join(&cell.name);
-            let (st, interrupted) = run_cell(&spec, &prefix, cell, &dir, &signals);
+            let (st, interrupted) =
+                run_cell(&spec, &prefix, cell, &dir, kernel.as_deref(), &signals);
             let _ = std::fs::write(
                 dir.join("cell.json"),
                 serde_json::to_string_pretty(&st).unwrap_or_default() + "\n",
             );
             left = left.saturating_sub(estimate(&spec, cell));
-            let summary: Option<serde_json::Value> =
-                std::fs::read_to_string(dir.join("summary.json"))
-                    .ok()
-                    .and_then(|t| serde_json::from_str(&t).ok());
-            let row = report::summary_row(cell, Some(&st), summary.as_ref());
+            let row = report::summary_row(cell, &report::CellFiles::read(&dir));
             // The same estimator as table.md: the sampler where the run has it.
             let (p50, p95) = match row.sampled_p50_us {
                 Some(_) => (row.sampled_p50_us, row.sampled_p95_us),

@@ -41,6 +41,31 @@ pub struct ConfigSpec {
     pub args: Vec<String>,
     /// Arguments that depend on the rate (added after `args`), keyed like `axes.rate`.
     pub by_rate: BTreeMap<String, Vec<String>>,
+    /// sysctls set inside a UML sender guest, `NAME=VALUE` (sender_kernel = "uml" only),
+    /// e.g. `net.ipv4.tcp_replenish_submss=0`.
+    pub guest_sysctls: Vec<String>,
+}
+
+/// The UML sender guest of `sender_kernel = "uml"` cells.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UmlSpec {
+    /// MTU of the guest's interface: 1280 gives the report's MSS of 1228.
+    pub mtu: u32,
+    /// Guest memory, MiB.
+    pub mem: u32,
+    /// The period of `cpu_quota`.
+    pub cpu_period: String,
+}
+
+impl Default for UmlSpec {
+    fn default() -> Self {
+        UmlSpec {
+            mtu: 1500,
+            mem: 512,
+            cpu_period: "10ms".into(),
+        }
+    }
 }
 
 /// Settings that may differ per rate (the report used 512 B writes at 100 kb/s).
@@ -63,6 +88,12 @@ pub struct Axes {
     pub write_size: Vec<String>,
     pub nodelay: Vec<bool>,
     pub cc: Vec<String>,
+    /// host: sbm-send in the bed's snd namespace; uml: in a UML guest running the patched
+    /// kernel (testbed/uml), attached to snd by a tap.
+    pub sender_kernel: Vec<String>,
+    /// CPU quotas for the UML guest, percent of one CPU per `uml.cpu_period` (empty: no
+    /// quota).
+    pub cpu_quota: Vec<u32>,
 }
 
 impl Default for Axes {
@@ -73,6 +104,8 @@ impl Default for Axes {
             write_size: vec!["64KiB".into()],
             nodelay: vec![false],
             cc: vec!["cubic".into()],
+            sender_kernel: vec!["host".into()],
+            cpu_quota: vec![],
         }
     }
 }
@@ -86,6 +119,8 @@ pub struct Exclude {
     pub write_size: Option<String>,
     pub nodelay: Option<bool>,
     pub cc: Option<String>,
+    pub sender_kernel: Option<String>,
+    pub cpu_quota: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -103,6 +138,7 @@ pub struct MatrixSpec {
     /// Idle time between cells, so queues empty.
     pub pause: String,
     pub path: PathSpec,
+    pub uml: UmlSpec,
     pub axes: Axes,
     pub configs: BTreeMap<String, ConfigSpec>,
     pub rates: BTreeMap<String, RateOverride>,
@@ -121,6 +157,7 @@ impl Default for MatrixSpec {
             repetitions: 1,
             pause: "2s".into(),
             path: PathSpec::default(),
+            uml: UmlSpec::default(),
             axes: Axes::default(),
             configs: BTreeMap::new(),
             rates: BTreeMap::new(),
@@ -141,6 +178,12 @@ pub struct Cell {
     pub write_size: String,
     pub nodelay: bool,
     pub cc: String,
+    /// host | uml
+    pub sender_kernel: String,
+    /// Percent of one CPU for the UML guest; None: no quota.
+    pub cpu_quota: Option<u32>,
+    /// `(name, value)` sysctls for the UML guest.
+    pub guest_sysctls: Vec<(String, String)>,
     pub repetition: u32,
     pub duration: Duration,
     pub warmup: Duration,
@@ -217,6 +260,37 @@ impl MatrixSpec {
                 self.path.delay_impl
             )));
         }
+        for k in &self.axes.sender_kernel {
+            if k != "host" && k != "uml" {
+                return Err(SpecError::Invalid(format!(
+                    "axes.sender_kernel '{k}': host or uml"
+                )));
+            }
+        }
+        if !self.axes.cpu_quota.is_empty() && self.axes.sender_kernel.iter().any(|k| k == "host") {
+            return Err(SpecError::Invalid(
+                "axes.cpu_quota limits the UML guest: use it with sender_kernel = [\"uml\"]".into(),
+            ));
+        }
+        if let Some(q) = self.axes.cpu_quota.iter().find(|q| !(1..=100).contains(*q)) {
+            return Err(SpecError::Invalid(format!(
+                "axes.cpu_quota {q}: percent of one CPU, 1 to 100"
+            )));
+        }
+        dur("uml.cpu_period", &self.uml.cpu_period)?;
+        if !(576..=65535).contains(&self.uml.mtu) {
+            return Err(SpecError::Invalid(format!(
+                "uml.mtu {}: 576 to 65535",
+                self.uml.mtu
+            )));
+        }
+        for (name, c) in &self.configs {
+            for kv in &c.guest_sysctls {
+                parse_sysctl(kv).map_err(|e| {
+                    SpecError::Invalid(format!("configs.{name}.guest_sysctls: {e}"))
+                })?;
+            }
+        }
         if self.repetitions == 0 {
             return Err(SpecError::Invalid("repetitions must be at least 1".into()));
         }
@@ -280,13 +354,17 @@ impl MatrixSpec {
         Ok(())
     }
 
-    fn excluded(&self, rate: &str, config: &str, write: &str, nodelay: bool, cc: &str) -> bool {
+    fn excluded(&self, k: &CellKey<'_>) -> bool {
         self.exclude.iter().any(|e| {
-            e.rate.as_deref().is_none_or(|x| x == rate)
-                && e.config.as_deref().is_none_or(|x| x == config)
-                && e.write_size.as_deref().is_none_or(|x| x == write)
-                && e.nodelay.is_none_or(|x| x == nodelay)
-                && e.cc.as_deref().is_none_or(|x| x == cc)
+            e.rate.as_deref().is_none_or(|x| x == k.rate)
+                && e.config.as_deref().is_none_or(|x| x == k.config)
+                && e.write_size.as_deref().is_none_or(|x| x == k.write_size)
+                && e.nodelay.is_none_or(|x| x == k.nodelay)
+                && e.cc.as_deref().is_none_or(|x| x == k.cc)
+                && e.sender_kernel
+                    .as_deref()
+                    .is_none_or(|x| x == k.sender_kernel)
+                && e.cpu_quota.is_none_or(|x| Some(x) == k.cpu_quota)
         })
     }
 
@@ -294,6 +372,11 @@ impl MatrixSpec {
     pub fn cells(&self) -> Result<Vec<Cell>, SpecError> {
         self.validate()?;
         let a = &self.axes;
+        let quotas: Vec<Option<u32>> = if a.cpu_quota.is_empty() {
+            vec![None]
+        } else {
+            a.cpu_quota.iter().copied().map(Some).collect()
+        };
         let mut cells = vec![];
         for rate in &a.rate {
             let over = self.rates.get(rate).cloned().unwrap_or_default();
@@ -301,11 +384,24 @@ impl MatrixSpec {
                 for ws in &a.write_size {
                     for &nodelay in &a.nodelay {
                         for cc in &a.cc {
-                            if self.excluded(rate, config, ws, nodelay, cc) {
-                                continue;
-                            }
-                            for rep in 1..=self.repetitions {
-                                cells.push(self.cell(rate, &over, config, ws, nodelay, cc, rep)?);
+                            for sender_kernel in &a.sender_kernel {
+                                for &cpu_quota in &quotas {
+                                    let key = CellKey {
+                                        rate,
+                                        config,
+                                        write_size: ws,
+                                        nodelay,
+                                        cc,
+                                        sender_kernel,
+                                        cpu_quota,
+                                    };
+                                    if self.excluded(&key) {
+                                        continue;
+                                    }
+                                    for rep in 1..=self.repetitions {
+                                        cells.push(self.cell(&key, &over, rep)?);
+                                    }
+                                }
                             }
                         }
                     }
@@ -318,19 +414,12 @@ impl MatrixSpec {
         Ok(cells)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn cell(
-        &self,
-        rate: &str,
-        over: &RateOverride,
-        config: &str,
-        ws: &str,
-        nodelay: bool,
-        cc: &str,
-        rep: u32,
-    ) -> Result<Cell, SpecError> {
+    fn cell(&self, k: &CellKey<'_>, over: &RateOverride, rep: u32) -> Result<Cell, SpecError> {
         let a = &self.axes;
-        let write_size = over.write_size.clone().unwrap_or_else(|| ws.to_string());
+        let write_size = over
+            .write_size
+            .clone()
+            .unwrap_or_else(|| k.write_size.to_string());
         let duration = dur(
             "duration",
             over.duration.as_deref().unwrap_or(&self.duration),
@@ -342,37 +431,77 @@ impl MatrixSpec {
             .or(self.drain_timeout.as_deref())
             .map(|d| dur("drain_timeout", d))
             .transpose()?;
-        let spec = self.configs.get(config).cloned().unwrap_or_default();
+        let spec = self.configs.get(k.config).cloned().unwrap_or_default();
         let mut args = spec.args.clone();
-        args.extend(spec.by_rate.get(rate).cloned().unwrap_or_default());
-        let mut name = format!("{}-{}", slug(rate), slug(config));
+        args.extend(spec.by_rate.get(k.rate).cloned().unwrap_or_default());
+        let mut name = format!("{}-{}", slug(k.rate), slug(k.config));
         if a.write_size.len() > 1 || over.write_size.is_some() {
             name.push_str(&format!("-{}", slug(&write_size)));
         }
-        if a.nodelay.len() > 1 && nodelay {
+        if a.nodelay.len() > 1 && k.nodelay {
             name.push_str("-nodelay");
         }
         if a.cc.len() > 1 {
-            name.push_str(&format!("-{}", slug(cc)));
+            name.push_str(&format!("-{}", slug(k.cc)));
+        }
+        if a.sender_kernel.len() > 1 {
+            name.push_str(&format!("-{}", k.sender_kernel));
+        }
+        if let Some(q) = k.cpu_quota {
+            name.push_str(&format!("-cpu{q}"));
         }
         if self.repetitions > 1 {
             name.push_str(&format!("-r{rep}"));
         }
+        let guest_sysctls = if k.sender_kernel == "uml" {
+            spec.guest_sysctls
+                .iter()
+                .map(|kv| parse_sysctl(kv).map_err(SpecError::Invalid))
+                .collect::<Result<_, _>>()?
+        } else {
+            vec![]
+        };
         Ok(Cell {
             name,
-            rate: rate.to_string(),
-            rate_bps: parse_rate(rate)?,
-            config: config.to_string(),
-            label: spec.label.unwrap_or_else(|| config.to_string()),
+            rate: k.rate.to_string(),
+            rate_bps: parse_rate(k.rate)?,
+            config: k.config.to_string(),
+            label: spec.label.unwrap_or_else(|| k.config.to_string()),
             write_size,
-            nodelay,
-            cc: cc.to_string(),
+            nodelay: k.nodelay,
+            cc: k.cc.to_string(),
+            sender_kernel: k.sender_kernel.to_string(),
+            cpu_quota: k.cpu_quota,
+            guest_sysctls,
             repetition: rep,
             duration,
             warmup,
             drain_timeout,
             args,
         })
+    }
+}
+
+/// The axis values that pick one cell.
+struct CellKey<'a> {
+    rate: &'a str,
+    config: &'a str,
+    write_size: &'a str,
+    nodelay: bool,
+    cc: &'a str,
+    sender_kernel: &'a str,
+    cpu_quota: Option<u32>,
+}
+
+/// `NAME=VALUE`.
+pub fn parse_sysctl(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => {
+            Ok((k.to_string(), v.to_string()))
+        }
+        _ => Err(format!(
+            "'{s}': expected NAME=VALUE, e.g. net.ipv4.tcp_replenish_submss=0"
+        )),
     }
 }
 
@@ -451,6 +580,25 @@ mod tests {
     }
 
     #[test]
+    fn uml_cells_carry_quota_and_guest_sysctls() {
+        let m = MatrixSpec::parse(
+            "[axes]\nsender_kernel = [\"uml\"]\ncpu_quota = [100, 35]\nconfig = [\"off\"]\n[configs.off]\nguest_sysctls = [\"net.ipv4.tcp_replenish_submss=0\"]\n[[exclude]]\ncpu_quota = 100\nconfig = \"off\"\n",
+        )
+        .unwrap();
+        let cells = m.cells().unwrap();
+        assert_eq!(cells.len(), 1);
+        assert_eq!(cells[0].name, "2mbit-off-cpu35");
+        assert_eq!(cells[0].cpu_quota, Some(35));
+        assert_eq!(
+            cells[0].guest_sysctls,
+            [("net.ipv4.tcp_replenish_submss".to_string(), "0".to_string())]
+        );
+        let m = MatrixSpec::parse("[axes]\nsender_kernel = [\"host\", \"uml\"]\n").unwrap();
+        let names: Vec<String> = m.cells().unwrap().into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["2mbit-default-host", "2mbit-default-uml"]);
+    }
+
+    #[test]
     fn mistakes_are_reported() {
         for (text, want) in [
             ("[axes]\nrate = [\"2mbyte\"]", "axes.rate"),
@@ -461,6 +609,16 @@ mod tests {
             ("repetitions = 0", "repetitions"),
             ("[[exclude]]\nrate = \"2mbit\"", "every cell is excluded"),
             ("[rates.\"5mbit\"]\nduration = \"1s\"", "not in axes.rate"),
+            ("[axes]\nsender_kernel = [\"vm\"]", "host or uml"),
+            ("[axes]\ncpu_quota = [50]", "sender_kernel = [\"uml\"]"),
+            (
+                "[axes]\nsender_kernel = [\"uml\"]\ncpu_quota = [0]",
+                "1 to 100",
+            ),
+            (
+                "[configs.x]\nguest_sysctls = [\"nonsense\"]\n[axes]\nconfig = [\"x\"]",
+                "NAME=VALUE",
+            ),
         ] {
             let err = MatrixSpec::parse(text)
                 .and_then(|m| m.cells())

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::policy::{RateEstimator, Replenish};
+use crate::policy::{Decision, RateEstimator, RateSource, Reason, Replenish};
 use crate::sockopt::OptionReport;
 use crate::sys;
 use crate::sysinfo;
@@ -17,6 +17,8 @@ use crate::sysinfo;
 pub const HIGHEST_MAINLINE_TCP_OPTION: u32 = 46;
 /// The sysctl through which this project's patched kernel announces its option number.
 pub const OPTNAME_SYSCTL: &str = "net/ipv4/tcp_replenish_time_optname";
+/// The patched kernel's switch for its sub-MSS clause (1 = on).
+pub const SUBMSS_SYSCTL: &str = "net/ipv4/tcp_replenish_submss";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -58,8 +60,11 @@ pub struct PolicyReport {
 }
 
 pub enum Gate {
-    /// Every EPOLLOUT is an invitation.
-    Kernel,
+    /// Every EPOLLOUT is an invitation. With the kernel's TCP_REPLENISH_TIME (its option
+    /// number here), each invitation also records the kernel's own view of the rule.
+    Kernel {
+        replenish_optname: Option<u32>,
+    },
     Emulated {
         policy: Replenish,
         timer: bool,
@@ -138,6 +143,95 @@ fn set_kernel_option(
     })
 }
 
+fn kernel_gate(optname: u32) -> Gate {
+    Gate::Kernel {
+        replenish_optname: Some(optname),
+    }
+}
+
+/// Whether the patched kernel's sub-MSS clause applies (its sysctl, and Nagle on); None
+/// when the kernel does not say.
+fn kernel_sub_mss_clause(nodelay: bool) -> Option<bool> {
+    sysinfo::sysctl_u64(SUBMSS_SYSCTL).map(|v| v != 0 && !nodelay)
+}
+
+/// `struct tcp_replenish_info` of kernel/patches (include/uapi/linux/tcp.h there): what
+/// getsockopt(TCP_REPLENISH_TIME) returns when asked with a buffer this large.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelReplenishInfo {
+    pub time_us: u32,
+    pub notsent: u32,
+    pub threshold: u32,
+    pub mss: u32,
+    /// bytes/s, 0 = no estimate.
+    pub drain_rate: u64,
+    /// 0 none, 1 delivery-rate sampler, 2 min(cwnd × mss, snd_wnd) / srtt.
+    pub source: u8,
+    pub writable: bool,
+    pub sub_mss: bool,
+}
+
+impl KernelReplenishInfo {
+    pub const SIZE: usize = 32;
+
+    /// Parses the struct; None when the kernel returned fewer bytes (a plain int: a kernel
+    /// whose option does not report its inputs).
+    pub fn parse(b: &[u8]) -> Option<KernelReplenishInfo> {
+        if b.len() < Self::SIZE {
+            return None;
+        }
+        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        Some(KernelReplenishInfo {
+            time_us: u32_at(0),
+            notsent: u32_at(4),
+            threshold: u32_at(8),
+            mss: u32_at(12),
+            drain_rate: u64::from_ne_bytes(b[16..24].try_into().expect("8 bytes")),
+            source: b[24],
+            writable: b[25] != 0,
+            sub_mss: b[26] != 0,
+        })
+    }
+
+    /// The kernel's rule in the terms of sbm's emulation, so both print alike. Reasons
+    /// are checked in the kernel's order (tcp_replenish_eval()).
+    pub fn decision(&self) -> Decision {
+        let source = match self.source {
+            1 => RateSource::Sample,
+            2 => RateSource::CwndSrtt,
+            _ => RateSource::None,
+        };
+        let reason = if self.notsent == 0 {
+            Reason::ZeroBacklog
+        } else if self.sub_mss {
+            Reason::SubMss
+        } else if source == RateSource::None {
+            Reason::NoEstimate
+        } else if self.writable {
+            Reason::BelowThreshold
+        } else {
+            Reason::Above
+        };
+        Decision {
+            writable: self.writable,
+            reason,
+            threshold: (source != RateSource::None).then_some(u64::from(self.threshold)),
+            rate: (self.drain_rate > 0).then_some(self.drain_rate as f64),
+            source,
+        }
+    }
+}
+
+/// Reads the kernel's view of its TCP_REPLENISH_TIME rule on `fd`.
+pub fn kernel_replenish_info(
+    fd: BorrowedFd<'_>,
+    optname: u32,
+) -> Result<Option<KernelReplenishInfo>, sys::SysError> {
+    let mut buf = [0u8; KernelReplenishInfo::SIZE];
+    let n = sys::get_bytes(fd, libc::IPPROTO_TCP, optname as i32, &mut buf)?;
+    Ok(KernelReplenishInfo::parse(&buf[..n]))
+}
+
 /// Sets the run's readiness rule up on a connected socket.
 pub fn setup(
     fd: BorrowedFd<'_>,
@@ -160,7 +254,13 @@ pub fn setup(
             rate_estimator: None,
             note: None,
         };
-        return Ok((Gate::Kernel, report, None));
+        return Ok((
+            Gate::Kernel {
+                replenish_optname: None,
+            },
+            report,
+            None,
+        ));
     };
     let time_us = r.time.as_micros() as u64;
     let mut report = PolicyReport {
@@ -179,17 +279,19 @@ pub fn setup(
             let opt = set_kernel_option(fd, n, time_us)?;
             report.optname = Some(n);
             report.implementation = Some(ReplenishImpl::Kernel);
-            return Ok((Gate::Kernel, report, Some(opt)));
+            report.sub_mss_clause = kernel_sub_mss_clause(nodelay);
+            return Ok((kernel_gate(n), report, Some(opt)));
         }
         ReplenishImpl::Auto => match optname {
             Some(n) => match set_kernel_option(fd, n, time_us) {
                 Ok(opt) => {
                     report.optname = Some(n);
                     report.implementation = Some(ReplenishImpl::Kernel);
+                    report.sub_mss_clause = kernel_sub_mss_clause(nodelay);
                     report.note = Some(format!(
                         "auto: the kernel implements TCP_REPLENISH_TIME as option {n}"
                     ));
-                    return Ok((Gate::Kernel, report, Some(opt)));
+                    return Ok((kernel_gate(n), report, Some(opt)));
                 }
                 Err(e) => {
                     report.note = Some(format!(
@@ -225,6 +327,53 @@ pub fn setup(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn info_bytes(notsent: u32, threshold: u32, rate: u64, source: u8, flags: [u8; 2]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for v in [15_000u32, notsent, threshold, 1448] {
+            b.extend(v.to_ne_bytes());
+        }
+        b.extend(rate.to_ne_bytes());
+        b.extend([source, flags[0], flags[1], 0, 0, 0, 0, 0]);
+        b
+    }
+
+    #[test]
+    fn kernel_info_becomes_a_decision_in_the_kernels_order() {
+        let i = KernelReplenishInfo::parse(&info_bytes(3000, 3750, 250_000, 1, [1, 0])).unwrap();
+        assert_eq!(i.mss, 1448);
+        let d = i.decision();
+        assert_eq!(
+            (d.reason, d.threshold, d.rate, d.source),
+            (
+                Reason::BelowThreshold,
+                Some(3750),
+                Some(250_000.0),
+                RateSource::Sample
+            )
+        );
+        let d = KernelReplenishInfo::parse(&info_bytes(412, 100, 6000, 1, [1, 1]))
+            .unwrap()
+            .decision();
+        assert_eq!(d.reason, Reason::SubMss);
+        let d = KernelReplenishInfo::parse(&info_bytes(0, 100, 6000, 2, [1, 0]))
+            .unwrap()
+            .decision();
+        assert_eq!(
+            (d.reason, d.source),
+            (Reason::ZeroBacklog, RateSource::CwndSrtt)
+        );
+        let d = KernelReplenishInfo::parse(&info_bytes(9000, 0, 0, 0, [1, 0]))
+            .unwrap()
+            .decision();
+        assert_eq!((d.reason, d.threshold), (Reason::NoEstimate, None));
+        let d = KernelReplenishInfo::parse(&info_bytes(9000, 3750, 250_000, 1, [0, 0]))
+            .unwrap()
+            .decision();
+        assert_eq!((d.reason, d.writable), (Reason::Above, false));
+        // A plain int answer: a kernel that does not report the rule's inputs.
+        assert_eq!(KernelReplenishInfo::parse(&15_000i32.to_ne_bytes()), None);
+    }
 
     #[test]
     fn mainline_option_numbers_are_refused() {

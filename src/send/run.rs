@@ -579,9 +579,23 @@ impl<'a> Sender<'a> {
         }
         if flags.contains(EpollFlags::EPOLLOUT) && self.phase == Phase::Writing {
             match self.gate {
-                Gate::Kernel => {
+                Gate::Kernel {
+                    replenish_optname: None,
+                } => {
                     let threshold = self.cfg.options.notsent_lowat.map(u64::from);
                     self.write_once(threshold, "epollout")?;
+                }
+                Gate::Kernel {
+                    replenish_optname: Some(n),
+                } => {
+                    // The kernel's own reason and threshold for this invitation.
+                    let info = gate::kernel_replenish_info(self.sock.as_fd(), n)
+                        .map_err(|e| EndReason::LocalError(e.to_string()))?;
+                    let d = info.map(|i| i.decision());
+                    self.last_decision = d;
+                    let (threshold, reason) =
+                        d.map_or((None, "epollout"), |d| (d.threshold, d.reason.name()));
+                    self.write_once(threshold, reason)?;
                 }
                 // The emulation decides on its next step; EPOLLOUT only woke it.
                 Gate::Emulated { .. } => self.awaiting_kernel = false,
@@ -636,9 +650,10 @@ impl<'a> Sender<'a> {
             busy_us: delta(info.busy_time_us, p.busy_time_us),
             rwnd_limited_us: delta(info.rwnd_limited_us, p.rwnd_limited_us),
             sndbuf_limited_us: delta(info.sndbuf_limited_us, p.sndbuf_limited_us),
-            threshold_bytes: match (&self.gate, self.last_decision) {
-                (Gate::Emulated { .. }, Some(d)) => d.threshold,
-                _ => self.cfg.options.notsent_lowat.map(u64::from),
+            // Set only by a replenish rule (emulated, or the kernel's own report).
+            threshold_bytes: match self.last_decision {
+                Some(d) => d.threshold,
+                None => self.cfg.options.notsent_lowat.map(u64::from),
             },
             drain_rate_bps: self.last_decision.and_then(|d| d.rate).map(|r| r * 8.0),
             rate_source: self.last_decision.map_or("", |d| d.source.name()),
@@ -863,7 +878,7 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(os("epoll_create1"))?;
     // With the kernel deciding, every EPOLLOUT is an invitation; the emulation asks for
     // EPOLLOUT only when it waits for the kernel.
-    let kernel_gate = matches!(gate, Gate::Kernel);
+    let kernel_gate = matches!(gate, Gate::Kernel { .. });
     let mut interest = if kernel_gate {
         EpollFlags::EPOLLOUT
     } else {

@@ -11,7 +11,7 @@ mod sockopt;
 pub use alloc::CountingAlloc;
 
 pub use errqueue::{recv_errqueue, ErrqueueRecv};
-pub use sockopt::{get_int, get_string, outq_notsent, set_int, set_string, tcp_info};
+pub use sockopt::{get_bytes, get_int, get_string, outq_notsent, set_int, set_string, tcp_info};
 
 use std::io;
 

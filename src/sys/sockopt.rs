@@ -98,6 +98,31 @@ pub fn get_string(fd: BorrowedFd<'_>, level: i32, name: i32) -> Result<String, S
     Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
 }
 
+/// `getsockopt` into `buf`; returns the length the kernel wrote.
+pub fn get_bytes(
+    fd: BorrowedFd<'_>,
+    level: i32,
+    name: i32,
+    buf: &mut [u8],
+) -> Result<usize, SysError> {
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` is a live, writable slice of `len` bytes; the kernel copies at most
+    // `len` bytes into it and stores the count it copied in `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(SysError::last("getsockopt", optname(level, name)));
+    }
+    Ok((len as usize).min(buf.len()))
+}
+
 /// `getsockopt(TCP_INFO)`, parsed by the length the kernel returned.
 pub fn tcp_info(fd: BorrowedFd<'_>) -> Result<TcpInfo, SysError> {
     let mut buf = [0u8; 512];

@@ -50,18 +50,6 @@ pub struct KernelSource {
     pub cache: std::path::PathBuf,
 }
 
-/// A guest sysctl: NAME=VALUE.
-fn parse_sysctl(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => {
-            Ok((k.to_string(), v.to_string()))
-        }
-        _ => Err(format!(
-            "'{s}': expected NAME=VALUE, e.g. net.ipv4.tcp_replenish_submss=0"
-        )),
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum UmlCmd {
     /// Build the patched UML kernel (cached: a second build with the same inputs is instant).
@@ -116,7 +104,7 @@ pub enum UmlCmd {
         #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(576..=65535))]
         mtu: u32,
         /// A sysctl to set in the guest first, NAME=VALUE (repeatable).
-        #[arg(long = "sysctl", value_parser = parse_sysctl)]
+        #[arg(long = "sysctl", value_parser = crate::matrix::spec::parse_sysctl)]
         sysctls: Vec<(String, String)>,
         /// Stop the guest's command after this long (then end the guest).
         #[arg(long, default_value = "10min", value_parser = units::parse_duration)]
