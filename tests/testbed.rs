@@ -10,77 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use nix::sys::signal::Signal;
 
-fn testbed_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_sbm-testbed"))
-}
-
-fn require_root() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "the test-bed tests need root (network namespaces, tc, iptables): run `sudo cargo test --release`"
-    );
-}
-
-/// A unique prefix per bed: t<pid><tag>, at most 12 characters.
-fn prefix(tag: &str) -> String {
-    format!("t{}{tag}", std::process::id() % 100_000)
-}
-
-fn testbed(args: &[&str]) -> Finished {
-    let out = Command::new(testbed_bin())
-        .args(args)
-        .output()
-        .expect("run sbm-testbed");
-    Finished {
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// An emulated path, removed on drop.
-struct Bed {
-    prefix: String,
-}
-
 impl Bed {
-    fn up(tag: &str, args: &[&str]) -> Bed {
-        require_root();
-        let prefix = prefix(tag);
-        let pid = std::process::id().to_string();
-        let mut all = vec!["wan", "up", "--prefix", &prefix, "--owner", &pid];
-        all.extend_from_slice(args);
-        let bed = Bed {
-            prefix: prefix.clone(),
-        };
-        let res = testbed(&all);
-        assert_eq!(
-            res.code(),
-            Some(0),
-            "up failed: {}{}",
-            res.stdout,
-            res.stderr
-        );
-        bed
-    }
-
-    fn ns(&self, which: &str) -> String {
-        format!("{}-{which}", self.prefix)
-    }
-
-    fn set(&self, args: &[&str]) {
-        let mut all = vec!["wan", "set", "--prefix", &self.prefix];
-        all.extend_from_slice(args);
-        let res = testbed(&all);
-        assert_eq!(res.code(), Some(0), "set failed: {}", res.stderr);
-    }
-
-    fn status(&self) -> serde_json::Value {
-        let res = testbed(&["wan", "status", "--json", "--prefix", &self.prefix]);
-        assert_eq!(res.code(), Some(0), "{}", res.stderr);
-        serde_json::from_str(&res.stdout).unwrap()
-    }
-
     /// Runs sbm-send in snd against a sink in rcv; returns the summary.
     fn transfer(&self, args: &[&str]) -> serde_json::Value {
         self.transfer_to(args).0
@@ -112,12 +42,6 @@ impl Bed {
         assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
         sink.stop();
         (read_json(&out.join("summary.json")), out)
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        testbed(&["wan", "down", "--prefix", &self.prefix]);
     }
 }
 
