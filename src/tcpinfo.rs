@@ -99,6 +99,35 @@ impl TcpInfo {
     }
 }
 
+/// BBR's own state from getsockopt(TCP_CC_INFO): `struct tcp_bbr_info`
+/// (include/uapi/linux/inet_diag.h). Other algorithms return other structs or nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BbrInfo {
+    /// Max-filtered bottleneck bandwidth estimate, bytes/s.
+    pub bw: u64,
+    pub min_rtt_us: u32,
+    /// Gains in BBR_UNIT (256 = 1.0).
+    pub pacing_gain: u32,
+    pub cwnd_gain: u32,
+}
+
+impl BbrInfo {
+    pub const LEN: usize = 20;
+
+    pub fn parse(b: &[u8]) -> Option<BbrInfo> {
+        if b.len() < Self::LEN {
+            return None;
+        }
+        let u = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        Some(BbrInfo {
+            bw: u64::from(u(0)) | (u64::from(u(4)) << 32),
+            min_rtt_us: u(8),
+            pacing_gain: u(12),
+            cwnd_gain: u(16),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +204,20 @@ mod tests {
     #[test]
     fn too_short_is_an_error() {
         assert_eq!(TcpInfo::parse(&sample(50)), Err(TooShort(50)));
+    }
+
+    #[test]
+    fn bbr_info_with_its_64_bit_bandwidth_and_gains() {
+        let mut b = vec![];
+        for v in [0x0000_0010u32, 0x1, 20_123, 739, 512] {
+            b.extend(v.to_ne_bytes());
+        }
+        let i = BbrInfo::parse(&b).unwrap();
+        assert_eq!(i.bw, (1u64 << 32) | 16);
+        assert_eq!(
+            (i.min_rtt_us, i.pacing_gain, i.cwnd_gain),
+            (20_123, 739, 512)
+        );
+        assert_eq!(BbrInfo::parse(&b[..16]), None);
     }
 }

@@ -120,6 +120,12 @@ pub struct IntervalRow {
     pub rate_source: &'static str,
     /// TCP_NOTSENT_LOWAT as set on the socket at the interval's end.
     pub lowat_bytes: Option<u32>,
+    /// BBR's state at the interval's end (TCP_CC_INFO; empty for other algorithms):
+    /// bandwidth estimate, min_rtt, pacing and cwnd gains (1.0 = unity).
+    pub bbr_bw_bps: Option<u64>,
+    pub bbr_min_rtt_us: Option<u32>,
+    pub bbr_pacing_gain: Option<f64>,
+    pub bbr_cwnd_gain: Option<f64>,
 }
 
 /// sink-intervals.csv: one row per connection per interval, and one total row per

@@ -235,6 +235,25 @@ impl<'a> Sender<'a> {
         sys::tcp_info(self.sock.as_fd())
     }
 
+    /// BBR's own state, when the connection runs BBR (TCP_CC_INFO answers with another
+    /// struct, or nothing, for other algorithms).
+    fn bbr_info(&self) -> Option<crate::tcpinfo::BbrInfo> {
+        let cc =
+            sys::get_string(self.sock.as_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION).ok()?;
+        if cc != "bbr" {
+            return None;
+        }
+        let mut buf = [0u8; 64];
+        let n = sys::get_bytes(
+            self.sock.as_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CC_INFO,
+            &mut buf,
+        )
+        .ok()?;
+        crate::tcpinfo::BbrInfo::parse(&buf[..n])
+    }
+
     fn writing_limit_reached(&self, now: Duration) -> Option<&'static str> {
         // Trip-timed messages are never cut: limits apply between messages.
         if self.framer.as_ref().is_some_and(|f| !f.at_boundary()) {
@@ -615,6 +634,7 @@ impl<'a> Sender<'a> {
         let span = end.saturating_sub(self.interval.start);
         let acked = delta(info.bytes_acked, p.bytes_acked).unwrap_or(0);
         let sojourn = self.interval.sojourn.percentiles();
+        let bbr = self.bbr_info();
         let row = IntervalRow {
             start_s: self.interval.start.as_secs_f64(),
             end_s: end.as_secs_f64(),
@@ -664,6 +684,10 @@ impl<'a> Sender<'a> {
             )
             .ok()
             .map(|v| v as u32),
+            bbr_bw_bps: bbr.map(|b| b.bw.saturating_mul(8)),
+            bbr_min_rtt_us: bbr.map(|b| b.min_rtt_us),
+            bbr_pacing_gain: bbr.map(|b| f64::from(b.pacing_gain) / 256.0),
+            bbr_cwnd_gain: bbr.map(|b| f64::from(b.cwnd_gain) / 256.0),
         };
         if !self.cfg.quiet {
             crate::say!("{}", human::send_interval_line(&row));
