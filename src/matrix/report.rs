@@ -553,7 +553,38 @@ fn write_plots(
             }],
             ..Default::default()
         };
-        write(&format!("cell-{}.svg", c.name), &[a, b, w])?;
+        let mut charts = vec![a, b, w];
+        // BBR's own view of the path, when the cell ran BBR.
+        let bbr_bw = interval_series(&dir, "bbr_bw_bps", 1e-6);
+        if !bbr_bw.is_empty() {
+            charts.push(Chart {
+                title: format!("{}: BBR's state per interval (TCP_CC_INFO)", c.name),
+                x_label: "time since connect (s)".into(),
+                y_label: "Mb/s".into(),
+                series: vec![
+                    Series {
+                        name: "BBR bandwidth estimate".into(),
+                        points: bbr_bw,
+                        style: Style::Line,
+                    },
+                    Series {
+                        name: "goodput".into(),
+                        points: interval_series(&dir, "goodput_bps", 1e-6),
+                        style: Style::Line,
+                    },
+                    Series {
+                        name: "pacing rate".into(),
+                        points: interval_series(&dir, "pacing_rate_bps", 1e-6),
+                        style: Style::Line,
+                    },
+                ],
+                ..Default::default()
+            });
+        }
+        write(&format!("cell-{}.svg", c.name), &charts)?;
+    }
+    if !spec.axes.cpu_quota.is_empty() {
+        write("goodput-vs-cpu-quota.svg", &quota_charts(run_dir, cells, rows))?;
     }
     // Goodput against median sojourn, one series per rate.
     let mut chart = Chart {
@@ -583,6 +614,83 @@ fn write_plots(
         });
     }
     write("goodput-vs-sojourn.svg", &[chart])
+}
+
+/// Median of an intervals.csv column over the intervals after the warm-up.
+fn median_after_warmup(dir: &Path, column: &str) -> Option<f64> {
+    let Ok(mut r) = csv::Reader::from_path(dir.join("intervals.csv")) else {
+        return None;
+    };
+    let headers = r.headers().cloned().unwrap_or_default();
+    let iw = headers.iter().position(|h| h == "warmup")?;
+    let ic = headers.iter().position(|h| h == column)?;
+    median(
+        r.records()
+            .map_while(Result::ok)
+            .filter(|rec| rec.get(iw) == Some("false"))
+            .filter_map(|rec| rec.get(ic)?.parse::<f64>().ok())
+            .collect(),
+    )
+}
+
+/// For a CPU-quota axis: goodput, BBR's bandwidth estimate and the share of throttled
+/// periods against the quota, one series per congestion control (every repetition a point,
+/// the median a line).
+fn quota_charts(run_dir: &Path, cells: &[Cell], rows: &[SummaryRow]) -> Vec<Chart> {
+    let mut ccs: Vec<&str> = rows.iter().map(|r| r.cc.as_str()).collect();
+    ccs.sort_unstable();
+    ccs.dedup();
+    let panel = |title: &str, y: &str, value: &dyn Fn(&Cell, &SummaryRow) -> Option<f64>| {
+        let mut chart = Chart {
+            title: title.into(),
+            x_label: "CPU quota (% of one CPU per 10 ms period)".into(),
+            y_label: y.into(),
+            ..Default::default()
+        };
+        for cc in &ccs {
+            let mut by_quota: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+            for (c, r) in cells.iter().zip(rows) {
+                if r.cc != *cc || r.status != "ok" {
+                    continue;
+                }
+                if let (Some(q), Some(v)) = (r.cpu_quota, value(c, r)) {
+                    by_quota.entry(q).or_default().push(v);
+                }
+            }
+            chart.series.push(Series {
+                name: format!("{cc} (runs)"),
+                points: by_quota
+                    .iter()
+                    .flat_map(|(q, vs)| vs.iter().map(move |v| (f64::from(*q), *v)))
+                    .collect(),
+                style: Style::Points,
+            });
+            chart.series.push(Series {
+                name: format!("{cc} (median)"),
+                points: by_quota
+                    .iter()
+                    .filter_map(|(q, vs)| Some((f64::from(*q), median(vs.clone())?)))
+                    .collect(),
+                style: Style::Line,
+            });
+        }
+        chart
+    };
+    vec![
+        panel("Goodput against the guest's CPU quota", "goodput (Mb/s)", &|_, r| {
+            r.goodput_bps.map(|g| g / 1e6)
+        }),
+        panel(
+            "BBR's bandwidth estimate (median after the warm-up)",
+            "Mb/s",
+            &|c, _| median_after_warmup(&run_dir.join(&c.name), "bbr_bw_bps").map(|b| b / 1e6),
+        ),
+        panel(
+            "Periods in which the guest was throttled",
+            "throttled periods ÷ periods",
+            &|_, r| r.cpu_throttled_share,
+        ),
+    ]
 }
 
 #[cfg(test)]
