@@ -584,7 +584,10 @@ fn write_plots(
         write(&format!("cell-{}.svg", c.name), &charts)?;
     }
     if !spec.axes.cpu_quota.is_empty() {
-        write("goodput-vs-cpu-quota.svg", &quota_charts(run_dir, cells, rows))?;
+        write(
+            "goodput-vs-cpu-quota.svg",
+            &quota_charts(run_dir, cells, rows),
+        )?;
     }
     // Goodput against median sojourn, one series per rate.
     let mut chart = Chart {
@@ -677,9 +680,11 @@ fn quota_charts(run_dir: &Path, cells: &[Cell], rows: &[SummaryRow]) -> Vec<Char
         chart
     };
     vec![
-        panel("Goodput against the guest's CPU quota", "goodput (Mb/s)", &|_, r| {
-            r.goodput_bps.map(|g| g / 1e6)
-        }),
+        panel(
+            "Goodput against the guest's CPU quota",
+            "goodput (Mb/s)",
+            &|_, r| r.goodput_bps.map(|g| g / 1e6),
+        ),
         panel(
             "BBR's bandwidth estimate (median after the warm-up)",
             "Mb/s",
