@@ -660,6 +660,9 @@ fn quota_charts(run_dir: &Path, cells: &[Cell], rows: &[SummaryRow]) -> Vec<Char
                     by_quota.entry(q).or_default().push(v);
                 }
             }
+            if by_quota.is_empty() {
+                continue; // e.g. BBR's bandwidth estimate for CUBIC cells
+            }
             chart.series.push(Series {
                 name: format!("{cc} (runs)"),
                 points: by_quota
