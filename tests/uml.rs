@@ -283,6 +283,33 @@ fn guest_side_claims() {
     }
     set_sysctl(SUBMSS_PATH, "1");
     println!("guest claim: the sub-MSS clause follows net.ipv4.tcp_replenish_submss and NODELAY");
+
+    // With TCP_NOTSENT_LOWAT also set, both must hold: the corked tail satisfies the
+    // replenish rule (sub-MSS clause) but not a 1-byte lowat.
+    let (c, a) = loopback_pair(&listener);
+    sbm::sys::set_int(c.as_fd(), libc::IPPROTO_TCP, optname, 15_000).unwrap();
+    sbm::sys::set_int(c.as_fd(), libc::IPPROTO_TCP, libc::TCP_CORK, 1).unwrap();
+    assert_eq!(c.send(&[1u8; 100]).unwrap(), 100);
+    let i = replenish_info(&c, optname);
+    assert!(
+        i.writable && pollout(&c),
+        "the rule alone says writable: {i:?}"
+    );
+    sbm::sys::set_int(c.as_fd(), libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, 1).unwrap();
+    assert!(
+        !pollout(&c),
+        "NOTSENT_LOWAT 1 with 100 B unsent must make it unwritable"
+    );
+    sbm::sys::set_int(
+        c.as_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+        1 << 20,
+    )
+    .unwrap();
+    assert!(pollout(&c), "both constraints hold again");
+    drop((c, a));
+    println!("guest claim: with NOTSENT_LOWAT also set, both constraints must hold");
     println!("guest claims: all hold");
 }
 
