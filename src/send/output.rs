@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::report::csv_file::CsvError;
+use crate::report::csv_row::RowFile;
 use crate::report::schema::{IntervalRow, SendSummary, WriteRow};
 use crate::report::CsvFile;
 
@@ -27,7 +28,8 @@ pub enum OutputError {
 
 pub struct Outputs {
     dir: Option<PathBuf>,
-    writes: Option<CsvFile>,
+    /// One row per write: hand-formatted (the hot path).
+    writes: Option<RowFile>,
     intervals: Option<CsvFile>,
 }
 
@@ -46,14 +48,21 @@ impl Outputs {
         })?;
         Ok(Outputs {
             dir: Some(dir.into()),
-            writes: Some(CsvFile::create(&dir.join("writes.csv"))?),
+            writes: Some({
+                let path = dir.join("writes.csv");
+                RowFile::create::<WriteRow>(&path)
+                    .map_err(|source| OutputError::Write { path, source })?
+            }),
             intervals: Some(CsvFile::create(&dir.join("intervals.csv"))?),
         })
     }
 
     pub fn write_row(&mut self, row: &WriteRow) -> Result<(), OutputError> {
         if let Some(w) = &mut self.writes {
-            w.write(row)?;
+            w.write(row).map_err(|source| OutputError::Write {
+                path: w.path().into(),
+                source,
+            })?;
         }
         Ok(())
     }
@@ -66,10 +75,13 @@ impl Outputs {
     }
 
     pub fn flush(&mut self) -> Result<(), OutputError> {
-        for f in [&mut self.writes, &mut self.intervals]
-            .into_iter()
-            .flatten()
-        {
+        if let Some(w) = &mut self.writes {
+            w.flush().map_err(|source| OutputError::Write {
+                path: w.path().into(),
+                source,
+            })?;
+        }
+        if let Some(f) = &mut self.intervals {
             f.flush()?;
         }
         Ok(())

@@ -307,7 +307,14 @@ impl<'a> Sender<'a> {
                     self.sampler
                         .on_write(self.run.writes + 1, written_after, write_ns);
                 }
-                let notsent_after = self.sample_now(written_after)?;
+                // The backlog after the write (and, with sampling, a snd_nxt sample); not
+                // read in the lean --no-timestamps mode, which exists to be compared with
+                // iperf.
+                let notsent_after = if self.cfg.timestamps {
+                    Some(self.sample_now(written_after)?)
+                } else {
+                    None
+                };
                 if self.first_write.is_none() {
                     self.first_write = Some(self.elapsed());
                 }

@@ -41,7 +41,7 @@ pub struct IssuedWrite {
     pub asked: u32,
     pub accepted: u32,
     pub notsent_before: u32,
-    pub notsent_after: u32,
+    pub notsent_after: Option<u32>,
     /// The readiness threshold (bytes) in force when the write was invited, if any.
     pub threshold: Option<u64>,
     /// Why the write was invited (`epollout` when the kernel's readiness decided).
@@ -58,7 +58,7 @@ pub struct WriteRecord {
     /// Stream offset one past the write's last byte.
     pub end_offset: u64,
     pub notsent_before: u32,
-    pub notsent_after: u32,
+    pub notsent_after: Option<u32>,
     pub threshold: Option<u64>,
     pub reason: &'static str,
 }
