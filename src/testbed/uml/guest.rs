@@ -47,7 +47,8 @@ pub fn check_path(p: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn quote(s: &str) -> String {
+/// Single-quoted for sh, whatever it contains.
+pub fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 

@@ -143,10 +143,6 @@ fn detach(names: &wan::Names) {
         .run();
 }
 
-fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
 /// Starts the kernel in snd's namespace, first moving the shell that execs it into the
 /// cgroup so that every process UML forks is counted and limited.
 fn spawn_guest(
@@ -160,17 +156,17 @@ fn spawn_guest(
         for f in cg.procs_files() {
             line.push_str(&format!(
                 "echo $$ > {} || exit 126; ",
-                sh_quote(&f.to_string_lossy())
+                guest::quote(&f.to_string_lossy())
             ));
         }
     }
     line.push_str("exec ip netns exec ");
-    line.push_str(&sh_quote(snd));
+    line.push_str(&guest::quote(snd));
     line.push(' ');
-    line.push_str(&sh_quote(&g.kernel.to_string_lossy()));
+    line.push_str(&guest::quote(&g.kernel.to_string_lossy()));
     for a in guest::kernel_args(g) {
         line.push(' ');
-        line.push_str(&sh_quote(&a));
+        line.push_str(&guest::quote(&a));
     }
     let log = File::create(console).map_err(io_err(console))?;
     let log2 = log.try_clone().map_err(io_err(console))?;
