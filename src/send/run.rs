@@ -27,7 +27,7 @@ use crate::report::schema::{
 use crate::signals::{exit_status_for, StopSignals};
 use crate::sockopt::{self, OptionReport, TimestampingMode};
 use crate::stats::LatencyHist;
-use crate::sys::{self, SysError};
+use crate::sys::{self, ErrqueueRecv, SysError};
 use crate::tcpinfo::TcpInfo;
 use crate::tstamp::ledger::{ProvisionalSojourn, RunEnd};
 use crate::tstamp::sampler::{DepartureSampler, Sample};
@@ -172,8 +172,7 @@ struct Sender<'a> {
     out: Outputs,
     ledger: WriteLedger,
     buf: Vec<u8>,
-    /// Error-queue read buffers, reused by every drain.
-    errqueue: sys::ErrqueueBatch,
+    control: [u8; 512],
     sojourns: Vec<ProvisionalSojourn>,
     done: Vec<TimedWrite>,
     t0: Instant,
@@ -546,26 +545,23 @@ impl<'a> Sender<'a> {
     fn drain_errqueue(&mut self) -> Result<usize, EndReason> {
         let mut n = 0;
         loop {
-            let got = sys::recv_errqueue_batch(self.sock.as_fd(), &mut self.errqueue)
-                .map_err(|e| EndReason::LocalError(e.to_string()))?;
-            for i in 0..got {
-                let (control, truncated) = self.errqueue.message(i);
-                if truncated {
-                    self.run.reports.truncated += 1;
-                }
-                match parse_errqueue_control(control) {
-                    ErrqueueMessage::Report(r) => {
-                        self.ledger.on_report(r, &mut self.sojourns, &mut self.done);
+            match sys::recv_errqueue(self.sock.as_fd(), &mut self.control) {
+                Ok(ErrqueueRecv::Empty) => break,
+                Ok(ErrqueueRecv::Message { len, truncated }) => {
+                    n += 1;
+                    if truncated {
+                        self.run.reports.truncated += 1;
                     }
-                    ErrqueueMessage::UnknownKind(_) | ErrqueueMessage::Other(_) => {
-                        self.run.reports.other += 1;
+                    match parse_errqueue_control(&self.control[..len]) {
+                        ErrqueueMessage::Report(r) => {
+                            self.ledger.on_report(r, &mut self.sojourns, &mut self.done);
+                        }
+                        ErrqueueMessage::UnknownKind(_) | ErrqueueMessage::Other(_) => {
+                            self.run.reports.other += 1;
+                        }
                     }
                 }
-            }
-            n += got;
-            // A short batch means the queue was emptied.
-            if got < sys::ERRQUEUE_BATCH {
-                break;
+                Err(e) => return Err(EndReason::LocalError(e.to_string())),
             }
         }
         // A sample after reading the reports and before finishing rows: every byte an ACK
@@ -963,7 +959,7 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         out,
         ledger: WriteLedger::new(),
         buf: (0..cfg.write_size).map(|i| (i % 251) as u8).collect(),
-        errqueue: sys::ErrqueueBatch::default(),
+        control: [0; 512],
         sojourns: Vec::with_capacity(1024),
         done: Vec::with_capacity(1024),
         t0: Instant::now(),

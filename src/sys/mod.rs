@@ -10,7 +10,7 @@ mod sockopt;
 
 pub use alloc::CountingAlloc;
 
-pub use errqueue::{recv_errqueue_batch, ErrqueueBatch, BATCH as ERRQUEUE_BATCH};
+pub use errqueue::{recv_errqueue, ErrqueueRecv};
 pub use sockopt::{get_bytes, get_int, get_string, outq_notsent, set_int, set_string, tcp_info};
 
 use std::io;
