@@ -269,12 +269,25 @@ impl Resources {
                 Resources {
                     user_s: secs(u.user_time()),
                     sys_s: secs(u.system_time()),
-                    max_rss_kib: u.max_rss().max(0) as u64,
+                    // getrusage's peak survives exec: started from a large parent (the
+                    // bench's Python), it reports the parent. VmHWM belongs to this image.
+                    max_rss_kib: peak_rss_kib(
+                        &std::fs::read_to_string("/proc/self/status").unwrap_or_default(),
+                    )
+                    .unwrap_or(u.max_rss().max(0) as u64),
                 }
             }
             Err(_) => Resources::default(),
         }
     }
+}
+
+/// `VmHWM` (peak resident set of this process image, KiB) from /proc/PID/status text.
+pub fn peak_rss_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
 /// What the sink reported back.
@@ -409,6 +422,13 @@ mod csv_row_tests {
             sampled_sojourn_us: some.then_some(0),
             sampled_error_us: Some(459),
         }
+    }
+
+    #[test]
+    fn peak_rss_from_proc_status() {
+        let status = "Name:\tsbm-send\nVmPeak:\t  100 kB\nVmHWM:\t    4868 kB\nVmRSS:\t 4500 kB\n";
+        assert_eq!(peak_rss_kib(status), Some(4868));
+        assert_eq!(peak_rss_kib("Name:\tx\n"), None);
     }
 
     #[test]
