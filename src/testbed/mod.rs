@@ -78,7 +78,7 @@ pub enum UmlCmd {
     },
     /// Boot a sender guest on a bed's snd namespace and run a command in it.
     #[command(
-        after_help = "The command runs inside the guest from the host's file system; its output directory\nis OUT (mounted read-write in the guest at the same path).\n\nExamples:\n  testbed/wan up --rate 2mbit --prefix sbm\n  ip netns exec sbm-rcv target/release/sbm-sink --listen 198.18.2.1:5301 &\n  testbed/uml run --out /var/tmp/r1 -- target/release/sbm-send --connect 198.18.2.1 \\\n      -t 40s --replenish-time 15000 --replenish-impl kernel --out /var/tmp/r1\n  testbed/uml run --cpu-quota 35 --cpu-period 10ms --out /var/tmp/r2 -- ..."
+        after_help = "The command runs inside the guest from the host's file system, in the caller's directory;\nthe file system is read-only there except OUT (mounted read-write at the same path).\n\nExamples:\n  testbed/wan up --rate 2mbit --prefix sbm\n  ip netns exec sbm-rcv target/release/sbm-sink --listen 198.18.2.1:5301 &\n  testbed/uml run --out /var/tmp/r1 -- target/release/sbm-send --connect 198.18.2.1 \\\n      -t 40s --replenish-time 15ms --replenish-impl kernel --out /var/tmp/r1\n  testbed/uml run --cpu-quota 35 --cpu-period 10ms --out /var/tmp/r2 -- ..."
     )]
     Run {
         #[command(flatten)]

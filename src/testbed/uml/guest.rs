@@ -28,6 +28,9 @@ pub struct GuestSpec {
     pub out_dir: PathBuf,
     /// The command and its arguments, host paths.
     pub command: Vec<String>,
+    /// The directory the command starts in (the host caller's), so relative paths resolve
+    /// as they would on the host.
+    pub cwd: PathBuf,
     /// Where the init script is written (host path, visible in the guest).
     pub init_path: PathBuf,
     /// UML's own runtime directory (pid file, mconsole socket).
@@ -110,6 +113,11 @@ pub fn init_script(g: &GuestSpec) -> String {
             msg = quote(&format!("cannot set {k}"))
         ));
     }
+    s.push_str(&format!(
+        "cd {c} || fail {m}\n",
+        c = quote(&g.cwd.display().to_string()),
+        m = quote(&format!("cannot enter {}", g.cwd.display()))
+    ));
     s.push_str("echo \"sbm-guest: up, kernel $(uname -r)\"\n");
     let cmd: Vec<String> = g.command.iter().map(|a| quote(a)).collect();
     s.push_str(&format!("{} &\npid=$!\n", cmd.join(" ")));
@@ -137,6 +145,7 @@ mod tests {
             sysctls: vec![("net.ipv4.tcp_replenish_submss".into(), "0".into())],
             out_dir: "/r/out".into(),
             command: vec!["/b/sbm-send".into(), "--label".into(), "it's".into()],
+            cwd: "/work/sbm".into(),
             init_path: "/r/init".into(),
             uml_dir: "/r/uml".into(),
             umid: "g1".into(),
@@ -157,6 +166,7 @@ mod tests {
         assert!(s.contains("ip link set vec0 mtu 1280 up"));
         assert!(s.contains("sysctl -q -w 'net.ipv4.tcp_replenish_submss=0'"));
         assert!(s.contains("mount -t hostfs -o '/r/out' none '/r/out'"));
+        assert!(s.contains("cd '/work/sbm' || fail"));
         assert!(s.contains("'/b/sbm-send' '--label' 'it'\\''s' &"));
         assert!(s.contains("echo $rc > '/r/out/guest-exit'"));
         assert!(s.ends_with("poweroff\n"));

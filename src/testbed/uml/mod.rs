@@ -218,6 +218,12 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         sysctls: spec.sysctls.clone(),
         out_dir: out_dir.clone(),
         command: spec.command.clone(),
+        // Relative paths in the command resolve against the caller's directory, as on the
+        // host; a directory the kernel command line cannot carry falls back to /.
+        cwd: std::env::current_dir()
+            .ok()
+            .filter(|d| guest::check_path(d).is_ok())
+            .unwrap_or_else(|| PathBuf::from("/")),
         init_path: work.join("init"),
         uml_dir: work.join("uml"),
         umid: format!("sbm-{}", spec.prefix),
