@@ -564,15 +564,13 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
     // The patched kernel for UML cells, built (or found in the cache) before the path
     // goes up: a first build takes minutes.
     let kernel = if todo.iter().any(|c| c.sender_kernel == "uml") {
-        let inputs = crate::testbed::uml::build::BuildInputs::discover(
+        let built = crate::testbed::uml::build::build_from(
             &crate::testbed::uml::build::default_kernel_dir(),
             crate::testbed::uml::build::default_cache_root(),
+            None,
+            false,
+            &mut |line| crate::say!("sbm-matrix: UML kernel: {line}"),
         )
-        .map_err(|e| format!("UML kernel: {e}"))?;
-        let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let built = crate::testbed::uml::build::build(&inputs, jobs, false, &mut |line| {
-            crate::say!("sbm-matrix: UML kernel: {line}")
-        })
         .map_err(|e| format!("UML kernel: {e}"))?;
         crate::say!(
             "sbm-matrix: UML kernel {} (key {})",

@@ -75,29 +75,6 @@ pub fn set_string(fd: BorrowedFd<'_>, level: i32, name: i32, value: &str) -> Res
     }
 }
 
-/// `getsockopt` with a NUL-padded string value, e.g. `TCP_CONGESTION`.
-pub fn get_string(fd: BorrowedFd<'_>, level: i32, name: i32) -> Result<String, SysError> {
-    let mut buf = [0u8; 64];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is a live 64-byte array and `len` says so; the kernel writes at most
-    // `len` bytes and updates `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(SysError::last("getsockopt", optname(level, name)));
-    }
-    let bytes = &buf[..(len as usize).min(buf.len())];
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
-}
-
 /// `getsockopt` into `buf`; returns the length the kernel wrote.
 pub fn get_bytes(
     fd: BorrowedFd<'_>,
@@ -123,25 +100,23 @@ pub fn get_bytes(
     Ok((len as usize).min(buf.len()))
 }
 
+/// `getsockopt` with a NUL-padded string value, e.g. `TCP_CONGESTION`.
+pub fn get_string(fd: BorrowedFd<'_>, level: i32, name: i32) -> Result<String, SysError> {
+    let mut buf = [0u8; 64];
+    let len = get_bytes(fd, level, name, &mut buf)?;
+    let bytes = &buf[..len];
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
+}
+
 /// `getsockopt(TCP_INFO)`, parsed by the length the kernel returned.
 pub fn tcp_info(fd: BorrowedFd<'_>) -> Result<TcpInfo, SysError> {
     let mut buf = [0u8; 512];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is a live 512-byte array and `len` says so; the kernel copies at most
-    // `len` bytes and stores the count it copied in `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(SysError::last("getsockopt", "TCP_INFO"));
-    }
-    TcpInfo::parse(&buf[..(len as usize).min(buf.len())]).map_err(|e| SysError {
+    let len = get_bytes(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut buf).map_err(|e| SysError {
+        what: "TCP_INFO".into(),
+        ..e
+    })?;
+    TcpInfo::parse(&buf[..len]).map_err(|e| SysError {
         call: "getsockopt",
         what: "TCP_INFO".into(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),

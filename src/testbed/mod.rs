@@ -241,12 +241,13 @@ fn build_kernel(
     jobs: Option<usize>,
     force: bool,
 ) -> Result<uml::build::Built, String> {
-    let inputs = uml::build::BuildInputs::discover(&source.kernel_dir, source.cache.clone())
-        .map_err(|e| e.to_string())?;
-    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    uml::build::build(&inputs, jobs, force, &mut |line| {
-        eprintln!("sbm-testbed uml build: {line}")
-    })
+    uml::build::build_from(
+        &source.kernel_dir,
+        source.cache.clone(),
+        jobs,
+        force,
+        &mut |line| eprintln!("sbm-testbed uml build: {line}"),
+    )
     .map_err(|e| e.to_string())
 }
 

@@ -398,6 +398,20 @@ pub fn build(
     })
 }
 
+/// Finds the inputs in `kernel_dir` and builds (or finds in `cache_root`) the kernel,
+/// with `jobs` compile jobs or one per CPU.
+pub fn build_from(
+    kernel_dir: &Path,
+    cache_root: PathBuf,
+    jobs: Option<usize>,
+    force: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Built, BuildError> {
+    let inputs = BuildInputs::discover(kernel_dir, cache_root)?;
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    build(&inputs, jobs, force, progress)
+}
+
 /// Runs the source's scripts/checkpatch.pl (strict, as netdev does) on the patches.
 /// Returns checkpatch's report; an error when it finds anything.
 pub fn checkpatch(inputs: &BuildInputs) -> Result<String, BuildError> {
