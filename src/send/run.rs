@@ -772,7 +772,7 @@ impl<'a> Sender<'a> {
                 }
             }
             if self.phase == Phase::Draining {
-                if !self.cfg.timestamps || !matches!(self.end, Some(EndReason::Limit(_))) {
+                if !matches!(self.end, Some(EndReason::Limit(_))) {
                     return drain;
                 }
                 let deadline = *drain_deadline.get_or_insert_with(|| {
@@ -788,7 +788,15 @@ impl<'a> Sender<'a> {
                     .as_ref()
                     .map_or(Duration::ZERO, |(at, _)| self.elapsed().saturating_sub(*at));
                 drain.waited_s = waited.as_secs_f64();
-                if self.ledger.pending_len() == 0 {
+                // With reports: until every write has its final ones. Without: until the
+                // socket has sent its backlog, so that the run ends with a graceful close
+                // and the exchange with the sink rather than a reset.
+                let waiting = if self.cfg.timestamps {
+                    self.ledger.pending_len() > 0
+                } else {
+                    sys::outq_notsent(self.sock.as_fd()).is_ok_and(|n| n > 0)
+                };
+                if !waiting {
                     return drain;
                 }
                 if Instant::now() >= deadline {
@@ -876,6 +884,10 @@ impl<'a> Sender<'a> {
         }
         if let Some(d) = drain_deadline {
             next = next.min(d.saturating_duration_since(Instant::now()));
+            // Nothing reports the backlog leaving without timestamps: look again soon.
+            if !self.cfg.timestamps {
+                next = next.min(Duration::from_millis(1));
+            }
         }
         // Round up so that the loop does not wake a hair early and spin.
         next.as_micros().div_ceil(1000).min(u128::from(u16::MAX)) as u16
