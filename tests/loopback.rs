@@ -56,8 +56,11 @@ fn check_full_run(listen: &str) {
         }
     }
     let exact = rows.iter().filter(|r| r["attribution"] == "exact").count();
+    // The share depends on the sender's speed: a write that extends the previous one's
+    // unsent tail shares its skb and report (coalesced). 79-80 % seen since the write path
+    // got faster (hand-formatted rows); most is what matters.
     assert!(
-        exact > 4000,
+        exact > 3500,
         "most 64 KiB writes get their own report: {exact}"
     );
 
