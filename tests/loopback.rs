@@ -156,6 +156,10 @@ fn no_timestamps_run_writes_untimed_rows() {
         .all(|r| r["attribution"] == "off" && r["sched_ns"].is_empty()));
     let summary = read_json(&out.join("summary.json"));
     assert_eq!(summary["config"]["timestamps"], false);
+    assert_eq!(
+        summary["totals"]["invitations"], 300,
+        "one write per invitation"
+    );
     assert_eq!(summary["sojourn"]["count"], 0);
     assert!(summary["options"]
         .as_array()
@@ -164,6 +168,74 @@ fn no_timestamps_run_writes_untimed_rows() {
         .all(|o| o["name"] != "errqueue_rcvbuf"));
     sink.stop();
     assert_eq!(sink_total_bytes(&sink_dir), 300 * 65_536);
+}
+
+/// `--burst 10`: after each invitation's write, more writes follow only while the kernel
+/// takes each one whole, never more than ten in all; every write is still timed and
+/// accounted for, and the extra writes are labelled and not counted as invitations.
+#[test]
+fn burst_writes_follow_an_invitation_only_while_taken_whole() {
+    let _g = serial();
+    let dir = tempdir("burst");
+    let sink_dir = dir.join("sink");
+    let mut sink = Sink::start("127.0.0.1:0", &["--out", sink_dir.to_str().unwrap(), "-q"]);
+    let out = dir.join("send");
+    let res = run(
+        "sbm-send",
+        &send_args(
+            &sink.addr,
+            out.to_str().unwrap(),
+            &["--writes", "4000", "-l", "16KiB", "--burst", "10"],
+        ),
+        RUN,
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    sink.proc.wait_line("total from", Duration::from_secs(20));
+    let rows = read_csv(&out.join("writes.csv"));
+    assert_eq!(rows.len(), 4000);
+    let mut run_len = 0;
+    for (i, r) in rows.iter().enumerate() {
+        match r["invite_reason"].as_str() {
+            "epollout" => run_len = 1,
+            "burst" => {
+                run_len += 1;
+                assert!(
+                    run_len <= 10,
+                    "row {i}: more than 10 writes for one invitation"
+                );
+                let prev = &rows[i - 1];
+                assert_eq!(
+                    prev["bytes_accepted"], prev["bytes_asked"],
+                    "row {i} follows a short write"
+                );
+            }
+            other => panic!("row {i}: reason {other}"),
+        }
+        assert_ne!(r["attribution"], "missing", "row {i}: {r:?}");
+    }
+    let bursts = rows
+        .iter()
+        .filter(|r| r["invite_reason"] == "burst")
+        .count() as u64;
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["config"]["burst"], 10);
+    let invitations = summary["totals"]["invitations"].as_u64().unwrap();
+    assert!(
+        bursts > 0,
+        "a loopback socket takes 16 KiB writes back to back"
+    );
+    assert_eq!(
+        invitations + bursts,
+        4000,
+        "every write is an invitation's or a burst's"
+    );
+    assert!(
+        res.stdout.contains("burst: up to 10 writes"),
+        "{}",
+        res.stdout
+    );
+    sink.stop();
+    assert_eq!(sink_total_bytes(&sink_dir), 4000 * 16_384);
 }
 
 #[test]

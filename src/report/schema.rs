@@ -209,6 +209,8 @@ pub struct RunConfig {
     pub interval_s: f64,
     pub warmup_s: f64,
     pub epoll: &'static str,
+    /// Writes per kernel-readiness invitation at most (`--burst`; 1 = one per invitation).
+    pub burst: u32,
     pub timestamps: bool,
     pub drain_timeout_s: Option<f64>,
 }

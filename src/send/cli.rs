@@ -151,6 +151,13 @@ pub struct SendArgs {
     #[arg(long)]
     pub eor: bool,
 
+    /// Up to N writes per write invitation, stopping at the first write the kernel does not
+    /// take whole: iperf3's pattern (up to 10 writes per select()), for throughput
+    /// comparisons. 1 (default) is sbm's one write per invitation. Only with the kernel's
+    /// readiness (default, --notsent-lowat), not with --replenish-time.
+    #[arg(long, default_value_t = 1, value_parser = parse_burst, value_name = "N")]
+    pub burst: u32,
+
     /// Frame the stream into messages (each write-size bytes, header included) that carry
     /// a sequence number and their write time, so that sbm-sink measures each message's
     /// one-way latency; the sender compares its own estimates with it.
@@ -192,6 +199,15 @@ fn parse_count(s: &str) -> Result<u64, String> {
         Ok(0) => Err(format!("invalid count '{s}': must be greater than zero")),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("invalid count '{s}': not a whole number")),
+    }
+}
+
+fn parse_burst(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n @ 1..=1024) => Ok(n),
+        _ => Err(format!(
+            "invalid burst '{s}': a whole number from 1 to 1024"
+        )),
     }
 }
 
@@ -251,6 +267,13 @@ impl SendArgs {
         {
             return Err(gate::GateError::LowatWithEmulation.to_string());
         }
+        if self.burst > 1 && self.replenish_time.is_some_and(|t| !t.is_zero()) {
+            return Err(
+                "--burst needs the kernel's own readiness (default or --notsent-lowat): \
+                 under --replenish-time every write is decided by the rule"
+                    .into(),
+            );
+        }
         let replenish = match self.replenish_time {
             Some(time) => Some(ReplenishConfig {
                 time,
@@ -291,6 +314,7 @@ impl SendArgs {
             connect_timeout: self.connect_timeout,
             sample_interval: self.sample_interval,
             eor: self.eor,
+            burst: self.burst,
             trip_times: self.trip_times,
             reply_timeout: self.reply_timeout,
             quiet: self.quiet,
@@ -345,6 +369,16 @@ mod tests {
             vec!["-c", "127.0.0.1:9", "--replenish-time", "1500ns"],
             vec!["-c", "127.0.0.1:9", "--replenish-time", "2h"],
             vec!["-c", "127.0.0.1:9", "--replenish-impl", "magic"],
+            vec!["-c", "127.0.0.1:9", "--burst", "0"],
+            vec!["-c", "127.0.0.1:9", "--burst", "5000"],
+            vec![
+                "-c",
+                "127.0.0.1:9",
+                "--burst",
+                "10",
+                "--replenish-time",
+                "15ms",
+            ],
             vec![
                 "-c",
                 "127.0.0.1:9",

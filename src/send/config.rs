@@ -51,6 +51,8 @@ pub struct SendConfig {
     pub sample_interval: Duration,
     /// Send each write with MSG_EOR (its own skb and TX report).
     pub eor: bool,
+    /// Writes per kernel-readiness invitation at most (1: sbm's one write per invitation).
+    pub burst: u32,
     /// Frame messages with the wire header so the sink measures one-way latency.
     pub trip_times: bool,
     /// How long to wait for the sink's reply after the last write.

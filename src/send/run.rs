@@ -212,10 +212,13 @@ struct Sender<'a> {
     messages: Vec<MessageRecord>,
 }
 
-/// What one invitation's write did.
+/// What one write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WriteOutcome {
-    Accepted,
+    /// The kernel took every byte asked for.
+    Whole,
+    /// The kernel took part of the write (a short write).
+    Short,
     WouldBlock,
 }
 
@@ -278,12 +281,42 @@ impl<'a> Sender<'a> {
         threshold: Option<u64>,
         reason: &'static str,
     ) -> Result<WriteOutcome, EndReason> {
+        self.interval.invitations += 1;
+        self.run.invitations += 1;
+        self.write(threshold, reason)
+    }
+
+    /// One kernel-readiness invitation (EPOLLOUT under the default rule or NOTSENT_LOWAT):
+    /// its write, then with `--burst N` up to N − 1 more while each is taken whole and no
+    /// limit is reached, as iperf3 writes up to ten times per select(). The extra writes are
+    /// not invitations and are labelled "burst" in writes.csv.
+    fn kernel_invited_writes(
+        &mut self,
+        threshold: Option<u64>,
+        reason: &'static str,
+    ) -> Result<(), EndReason> {
+        let mut outcome = self.write_once(threshold, reason)?;
+        for _ in 1..self.cfg.burst {
+            if outcome != WriteOutcome::Whole
+                || self.writing_limit_reached(self.elapsed()).is_some()
+            {
+                break;
+            }
+            outcome = self.write(threshold, "burst")?;
+        }
+        Ok(())
+    }
+
+    /// One write of write-size bytes (less if a byte limit leaves less to write).
+    fn write(
+        &mut self,
+        threshold: Option<u64>,
+        reason: &'static str,
+    ) -> Result<WriteOutcome, EndReason> {
         let mut range = 0..self.cfg.write_size as usize;
         if let Some(limit) = self.cfg.limits.bytes.filter(|_| self.framer.is_none()) {
             range.end = range.end.min((limit - self.run.bytes_written) as usize);
         }
-        self.interval.invitations += 1;
-        self.run.invitations += 1;
         let fd = self.sock.as_fd();
         let notsent_before =
             sys::outq_notsent(fd).map_err(|e| EndReason::LocalError(e.to_string()))?;
@@ -322,7 +355,8 @@ impl<'a> Sender<'a> {
                 self.interval.writes += 1;
                 self.run.bytes_written += n as u64;
                 self.interval.bytes_written += n as u64;
-                if n < size {
+                let short = n < size;
+                if short {
                     self.run.short_writes += 1;
                     self.interval.short_writes += 1;
                 }
@@ -337,7 +371,11 @@ impl<'a> Sender<'a> {
                     reason,
                 };
                 self.record(issued)?;
-                Ok(WriteOutcome::Accepted)
+                Ok(if short {
+                    WriteOutcome::Short
+                } else {
+                    WriteOutcome::Whole
+                })
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 self.run.would_block += 1;
@@ -454,7 +492,7 @@ impl<'a> Sender<'a> {
                 self.set_lowat(0)?;
             }
             match self.write_once(d.threshold, d.reason.name())? {
-                WriteOutcome::Accepted => {
+                WriteOutcome::Whole | WriteOutcome::Short => {
                     self.set_out_interest(false)?;
                     Ok(true)
                 }
@@ -609,7 +647,7 @@ impl<'a> Sender<'a> {
                     replenish_optname: None,
                 } => {
                     let threshold = self.cfg.options.notsent_lowat.map(u64::from);
-                    self.write_once(threshold, "epollout")?;
+                    self.kernel_invited_writes(threshold, "epollout")?;
                 }
                 Gate::Kernel {
                     replenish_optname: Some(n),
@@ -955,6 +993,12 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
     }
     print_banner(cfg, &local, &options, timestamping, first_info.snd_mss);
     crate::say!("{}", human::policy_line(&policy));
+    if cfg.burst > 1 {
+        crate::say!(
+            "burst: up to {} writes per invitation (not one write per invitation)",
+            cfg.burst
+        );
+    }
     if let Some(note) = &policy.note {
         crate::say!("policy: {note}");
     }
@@ -1149,6 +1193,7 @@ impl Sender<'_> {
                 interval_s: cfg.interval.as_secs_f64(),
                 warmup_s: cfg.warmup.as_secs_f64(),
                 epoll: cfg.epoll.name(),
+                burst: cfg.burst,
                 timestamps: cfg.timestamps,
                 drain_timeout_s: cfg.drain_timeout.map(|d| d.as_secs_f64()),
             },
