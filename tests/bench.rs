@@ -33,6 +33,7 @@ fn bench_smoke_measures_and_reports_every_part() {
     for tool in [
         "sbm (timestamps, CSV)",
         "sbm --no-timestamps",
+        "sbm --no-timestamps --burst 10",
         "iperf3",
         "iperf 2",
     ] {
@@ -58,6 +59,7 @@ fn bench_smoke_measures_and_reports_every_part() {
             );
         }
     }
+    assert_eq!(json["loopback_placement"], "pinned", "--smoke runs pinned");
     let md = std::fs::read_to_string(out.join("README.md")).unwrap();
     assert!(
         md.contains("| iperf3 |") && md.contains("× iperf3") && md.contains("Measurement validity"),
