@@ -60,9 +60,32 @@ fn bench_smoke_measures_and_reports_every_part() {
         }
     }
     assert_eq!(json["loopback_placement"], "pinned", "--smoke runs pinned");
+    // The exact commands, with the run's ports and scratch directories as placeholders.
+    let commands: Vec<&str> = json["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for expected in [
+        "taskset -c 0 sbm-send -c 127.0.0.1:PORT -t 3s -l 64KiB --cc cubic -q --no-timestamps --burst 10 --out OUT",
+        "taskset -c 0 iperf3 -c 127.0.0.1 -p PORT -t 3 -l 64K -C cubic -J",
+        "taskset -c 1 sbm-sink --listen 127.0.0.1:0 -q",
+    ] {
+        assert!(commands.contains(&expected), "{expected} not in {commands:#?}");
+    }
+    assert!(
+        commands
+            .iter()
+            .all(|c| !c.contains("/tmp/") && !c.contains("sbm-bench-")),
+        "{commands:#?}"
+    );
     let md = std::fs::read_to_string(out.join("README.md")).unwrap();
     assert!(
-        md.contains("| iperf3 |") && md.contains("× iperf3") && md.contains("Measurement validity"),
+        md.contains("| iperf3 |")
+            && md.contains("× iperf3")
+            && md.contains("Measurement validity")
+            && md.contains("## Commands"),
         "{md}"
     );
 }
