@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
@@ -15,18 +16,47 @@ fn send_args<'a>(addr: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str>
     v
 }
 
-/// The checks of a complete loopback run with 64 KiB writes.
-fn check_full_run(listen: &str) {
-    let _g = serial();
-    let dir = tempdir("full");
+/// An sbm-send run against a sink that records into `sink_dir`.
+struct RecordedRun {
+    sink: Sink,
+    sink_dir: PathBuf,
+    out: PathBuf,
+    res: Finished,
+}
+
+/// Starts a recording sink on `listen`, runs sbm-send with `extra` into a fresh directory
+/// and, when the run succeeded, waits for the sink to log the connection's total (a failed
+/// run returns at once so that the caller's assertion says why).
+fn recorded_run(tag: &str, listen: &str, extra: &[&str]) -> RecordedRun {
+    let dir = tempdir(tag);
     let sink_dir = dir.join("sink");
     let mut sink = Sink::start(listen, &["--out", sink_dir.to_str().unwrap(), "-q"]);
     let out = dir.join("send");
     let res = run(
         "sbm-send",
-        &send_args(&sink.addr, out.to_str().unwrap(), &["--writes", "5000"]),
+        &send_args(&sink.addr, out.to_str().unwrap(), extra),
         RUN,
     );
+    if res.code() == Some(0) {
+        sink.proc.wait_line("total from", Duration::from_secs(20));
+    }
+    RecordedRun {
+        sink,
+        sink_dir,
+        out,
+        res,
+    }
+}
+
+/// The checks of a complete loopback run with 64 KiB writes.
+fn check_full_run(listen: &str) {
+    let _g = serial();
+    let RecordedRun {
+        sink,
+        sink_dir,
+        out,
+        res,
+    } = recorded_run("full", listen, &["--writes", "5000"]);
     assert_eq!(
         res.code(),
         Some(0),
@@ -34,7 +64,6 @@ fn check_full_run(listen: &str) {
         res.stdout,
         res.stderr
     );
-    sink.proc.wait_line("total from", Duration::from_secs(20));
 
     let rows = read_csv(&out.join("writes.csv"));
     assert_eq!(rows.len(), 5000, "one row per write");
@@ -133,22 +162,18 @@ fn forced_errqueue_loss_is_counted_as_missing() {
 #[test]
 fn no_timestamps_run_writes_untimed_rows() {
     let _g = serial();
-    let dir = tempdir("nots");
-    let sink_dir = dir.join("sink");
-    let mut sink = Sink::start("127.0.0.1:0", &["--out", sink_dir.to_str().unwrap(), "-q"]);
-    let out = dir.join("send");
-    let res = run(
-        "sbm-send",
-        &send_args(
-            &sink.addr,
-            out.to_str().unwrap(),
-            &["--writes", "300", "--no-timestamps"],
-        ),
-        RUN,
+    let RecordedRun {
+        sink,
+        sink_dir,
+        out,
+        res,
+    } = recorded_run(
+        "nots",
+        "127.0.0.1:0",
+        &["--writes", "300", "--no-timestamps"],
     );
     assert_eq!(res.code(), Some(0), "{}", res.stderr);
     assert!(res.stdout.contains("not measured"), "{}", res.stdout);
-    sink.proc.wait_line("total from", Duration::from_secs(20));
     let rows = read_csv(&out.join("writes.csv"));
     assert_eq!(rows.len(), 300);
     assert!(rows
@@ -176,21 +201,17 @@ fn no_timestamps_run_writes_untimed_rows() {
 #[test]
 fn burst_writes_follow_an_invitation_only_while_taken_whole() {
     let _g = serial();
-    let dir = tempdir("burst");
-    let sink_dir = dir.join("sink");
-    let mut sink = Sink::start("127.0.0.1:0", &["--out", sink_dir.to_str().unwrap(), "-q"]);
-    let out = dir.join("send");
-    let res = run(
-        "sbm-send",
-        &send_args(
-            &sink.addr,
-            out.to_str().unwrap(),
-            &["--writes", "4000", "-l", "16KiB", "--burst", "10"],
-        ),
-        RUN,
+    let RecordedRun {
+        sink,
+        sink_dir,
+        out,
+        res,
+    } = recorded_run(
+        "burst",
+        "127.0.0.1:0",
+        &["--writes", "4000", "-l", "16KiB", "--burst", "10"],
     );
     assert_eq!(res.code(), Some(0), "{}", res.stderr);
-    sink.proc.wait_line("total from", Duration::from_secs(20));
     let rows = read_csv(&out.join("writes.csv"));
     assert_eq!(rows.len(), 4000);
     let mut run_len = 0;
@@ -456,17 +477,13 @@ fn every_output_field_is_documented_in_readme() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let documented = |name: &str| readme.contains(&format!("`{name}`"));
-    let dir = tempdir("readme");
-    let sink_dir = dir.join("sink");
-    let mut sink = Sink::start("127.0.0.1:0", &["--out", sink_dir.to_str().unwrap(), "-q"]);
-    let out = dir.join("send");
-    let res = run(
-        "sbm-send",
-        &send_args(&sink.addr, out.to_str().unwrap(), &["--writes", "50"]),
-        RUN,
-    );
+    let RecordedRun {
+        sink,
+        sink_dir,
+        out,
+        res,
+    } = recorded_run("readme", "127.0.0.1:0", &["--writes", "50"]);
     assert_eq!(res.code(), Some(0));
-    sink.proc.wait_line("total from", Duration::from_secs(20));
     let mut missing = vec![];
     for file in [
         out.join("writes.csv"),
@@ -706,21 +723,17 @@ fn sampled_departures_bracket_exact_sched_reports() {
 #[test]
 fn trip_times_measure_every_message_and_the_sender_compares() {
     let _g = serial();
-    let dir = tempdir("trip");
-    let sink_dir = dir.join("sink");
-    let mut sink = Sink::start("127.0.0.1:0", &["--out", sink_dir.to_str().unwrap(), "-q"]);
-    let out = dir.join("send");
-    let res = run(
-        "sbm-send",
-        &send_args(
-            &sink.addr,
-            out.to_str().unwrap(),
-            &["--writes", "1000", "-l", "16KiB", "--trip-times"],
-        ),
-        RUN,
+    let RecordedRun {
+        sink,
+        sink_dir,
+        out,
+        res,
+    } = recorded_run(
+        "trip",
+        "127.0.0.1:0",
+        &["--writes", "1000", "-l", "16KiB", "--trip-times"],
     );
     assert_eq!(res.code(), Some(0), "{}", res.stderr);
-    sink.proc.wait_line("total from", Duration::from_secs(20));
     let summary = read_json(&out.join("summary.json"));
     assert_eq!(summary["receiver"]["replied"], true);
     assert_eq!(summary["receiver"]["clocks_shared"], true);
