@@ -43,12 +43,14 @@ pub struct TcpInfo {
     pub snd_wnd: Option<u32>,
 }
 
-fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+/// A native-endian u32 at `off` of a kernel struct; None past its end.
+pub(crate) fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     b.get(off..off + 4)
         .map(|s| u32::from_ne_bytes(s.try_into().expect("slice of 4")))
 }
 
-fn u64_at(b: &[u8], off: usize) -> Option<u64> {
+/// A native-endian u64 at `off` of a kernel struct; None past its end.
+pub(crate) fn u64_at(b: &[u8], off: usize) -> Option<u64> {
     b.get(off..off + 8)
         .map(|s| u64::from_ne_bytes(s.try_into().expect("slice of 8")))
 }
@@ -118,12 +120,11 @@ impl BbrInfo {
         if b.len() < Self::LEN {
             return None;
         }
-        let u = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         Some(BbrInfo {
-            bw: u64::from(u(0)) | (u64::from(u(4)) << 32),
-            min_rtt_us: u(8),
-            pacing_gain: u(12),
-            cwnd_gain: u(16),
+            bw: u64::from(u32_at(b, 0)?) | (u64::from(u32_at(b, 4)?) << 32),
+            min_rtt_us: u32_at(b, 8)?,
+            pacing_gain: u32_at(b, 12)?,
+            cwnd_gain: u32_at(b, 16)?,
         })
     }
 }

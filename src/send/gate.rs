@@ -11,6 +11,7 @@ use crate::policy::{Decision, RateEstimator, RateSource, Reason, Replenish};
 use crate::sockopt::OptionReport;
 use crate::sys;
 use crate::sysinfo;
+use crate::tcpinfo::{u32_at, u64_at};
 
 /// Option numbers up to this one are mainline TCP options (TCP_DELACK_MAX_US = 46): a
 /// stock kernel would "accept" them as something else.
@@ -180,13 +181,12 @@ impl KernelReplenishInfo {
         if b.len() < Self::SIZE {
             return None;
         }
-        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         Some(KernelReplenishInfo {
-            time_us: u32_at(0),
-            notsent: u32_at(4),
-            threshold: u32_at(8),
-            mss: u32_at(12),
-            drain_rate: u64::from_ne_bytes(b[16..24].try_into().expect("8 bytes")),
+            time_us: u32_at(b, 0)?,
+            notsent: u32_at(b, 4)?,
+            threshold: u32_at(b, 8)?,
+            mss: u32_at(b, 12)?,
+            drain_rate: u64_at(b, 16)?,
             source: b[24],
             writable: b[25] != 0,
             sub_mss: b[26] != 0,
