@@ -7,6 +7,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use super::csv_file::CsvError;
+
 /// Appends CSV fields to a line buffer.
 pub struct Line<'a> {
     buf: &'a mut Vec<u8>,
@@ -85,7 +87,8 @@ pub trait CsvRow {
     fn fields(&self, line: &mut Line<'_>);
 }
 
-/// A CSV file of `CsvRow`s, buffered and flushed on demand.
+/// A CSV file of `CsvRow`s, buffered and flushed on demand; errors name the file, as
+/// [`CsvFile`](super::CsvFile)'s do.
 pub struct RowFile {
     path: PathBuf,
     out: BufWriter<File>,
@@ -95,10 +98,15 @@ pub struct RowFile {
 
 impl RowFile {
     /// Creates (truncates) the file and writes the header.
-    pub fn create<T: CsvRow>(path: &Path) -> std::io::Result<RowFile> {
-        let mut out = BufWriter::with_capacity(1 << 16, File::create(path)?);
-        out.write_all(T::FIELDS.join(",").as_bytes())?;
-        out.write_all(b"\n")?;
+    pub fn create<T: CsvRow>(path: &Path) -> Result<RowFile, CsvError> {
+        let named = |e: std::io::Error| CsvError {
+            path: path.into(),
+            source: e.into(),
+        };
+        let mut out = BufWriter::with_capacity(1 << 16, File::create(path).map_err(named)?);
+        out.write_all(T::FIELDS.join(",").as_bytes())
+            .and_then(|()| out.write_all(b"\n"))
+            .map_err(named)?;
         Ok(RowFile {
             path: path.into(),
             out,
@@ -107,16 +115,23 @@ impl RowFile {
         })
     }
 
-    pub fn write<T: CsvRow>(&mut self, row: &T) -> std::io::Result<()> {
+    pub fn write<T: CsvRow>(&mut self, row: &T) -> Result<(), CsvError> {
         let mut line = Line::new(&mut self.line);
         row.fields(&mut line);
         line.end();
         self.rows += 1;
-        self.out.write_all(&self.line)
+        self.out.write_all(&self.line).map_err(|e| self.error(e))
     }
 
-    pub fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
+    pub fn flush(&mut self) -> Result<(), CsvError> {
+        self.out.flush().map_err(|e| self.error(e))
+    }
+
+    fn error(&self, e: std::io::Error) -> CsvError {
+        CsvError {
+            path: self.path.clone(),
+            source: e.into(),
+        }
     }
 
     pub fn rows(&self) -> u64 {

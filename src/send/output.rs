@@ -48,21 +48,14 @@ impl Outputs {
         })?;
         Ok(Outputs {
             dir: Some(dir.into()),
-            writes: Some({
-                let path = dir.join("writes.csv");
-                RowFile::create::<WriteRow>(&path)
-                    .map_err(|source| OutputError::Write { path, source })?
-            }),
+            writes: Some(RowFile::create::<WriteRow>(&dir.join("writes.csv"))?),
             intervals: Some(CsvFile::create(&dir.join("intervals.csv"))?),
         })
     }
 
     pub fn write_row(&mut self, row: &WriteRow) -> Result<(), OutputError> {
         if let Some(w) = &mut self.writes {
-            w.write(row).map_err(|source| OutputError::Write {
-                path: w.path().into(),
-                source,
-            })?;
+            w.write(row)?;
         }
         Ok(())
     }
@@ -76,10 +69,7 @@ impl Outputs {
 
     pub fn flush(&mut self) -> Result<(), OutputError> {
         if let Some(w) = &mut self.writes {
-            w.flush().map_err(|source| OutputError::Write {
-                path: w.path().into(),
-                source,
-            })?;
+            w.flush()?;
         }
         if let Some(f) = &mut self.intervals {
             f.flush()?;
