@@ -30,6 +30,19 @@ pub fn sysctl_u64(path: &str) -> Option<u64> {
     sysctl(path)?.parse().ok()
 }
 
+/// A sysctl setting written `NAME=VALUE` (a guest's `--sysctl`, a matrix config's
+/// `guest_sysctls`).
+pub fn parse_sysctl(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => {
+            Ok((k.to_string(), v.to_string()))
+        }
+        _ => Err(format!(
+            "'{s}': expected NAME=VALUE, e.g. net.ipv4.tcp_replenish_submss=0"
+        )),
+    }
+}
+
 /// The relevant sysctls, keyed by their dotted names (`net.ipv4.tcp_wmem`).
 pub fn relevant_sysctls() -> BTreeMap<String, String> {
     RELEVANT_SYSCTLS

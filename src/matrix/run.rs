@@ -204,7 +204,6 @@ fn last_error_line(log: &Path, program: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Runs one cell in `dir`. Returns its status and whether the run was interrupted.
 /// Wraps the sbm-send command line so that it runs where the cell says: in the bed's
 /// snd namespace, or inside a UML guest of the patched kernel (`kernel`) attached to it.
 fn sender_command(
@@ -262,6 +261,7 @@ fn sender_command(
     cmd
 }
 
+/// Runs one cell in `dir`. Returns its status and whether the run was interrupted.
 fn run_cell(
     spec: &MatrixSpec,
     prefix: &str,

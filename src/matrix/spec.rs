@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::sysinfo::parse_sysctl;
 use crate::units;
 
 /// The emulated path shared by every cell.
@@ -491,18 +492,6 @@ struct CellKey<'a> {
     cc: &'a str,
     sender_kernel: &'a str,
     cpu_quota: Option<u32>,
-}
-
-/// `NAME=VALUE`.
-pub fn parse_sysctl(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => {
-            Ok((k.to_string(), v.to_string()))
-        }
-        _ => Err(format!(
-            "'{s}': expected NAME=VALUE, e.g. net.ipv4.tcp_replenish_submss=0"
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -104,7 +104,7 @@ pub enum UmlCmd {
         #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(576..=65535))]
         mtu: u32,
         /// A sysctl to set in the guest first, NAME=VALUE (repeatable).
-        #[arg(long = "sysctl", value_parser = crate::matrix::spec::parse_sysctl)]
+        #[arg(long = "sysctl", value_parser = crate::sysinfo::parse_sysctl)]
         sysctls: Vec<(String, String)>,
         /// Stop the guest's command after this long (then end the guest).
         #[arg(long, default_value = "10min", value_parser = units::parse_duration)]
