@@ -12,6 +12,7 @@ Examples:
   sbm-sink                                  # 0.0.0.0:5301, interval lines every second
   sbm-sink --listen [::]:5301 -i 500ms      # IPv6 (and IPv4-mapped) on all addresses
   sbm-sink --listen 198.18.0.2:5301 --once --out results/sink
+  sbm-sink --max-conns 64 --idle-timeout 30s -q   # a shared host: bounded and tidy
 
 Prints a line per connection per interval and a total when each connection closes.
 Stop it with Ctrl-C (open connections get their totals first).";
@@ -55,6 +56,16 @@ pub struct SinkArgs {
     /// Print only connection totals, not interval lines.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+
+    /// At most N connections open at once; further ones wait in the kernel's listen
+    /// backlog until one closes.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    pub max_conns: u32,
+
+    /// Close a connection that has sent nothing for DUR (a slow sender is not idle);
+    /// 0s = never.
+    #[arg(long, default_value = "120s", value_parser = units::parse_duration_or_zero, value_name = "DUR")]
+    pub idle_timeout: Duration,
 }
 
 fn parse_u32_bytes(s: &str) -> Result<u32, String> {

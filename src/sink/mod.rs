@@ -31,6 +31,8 @@ where
         rcvbuf: args.rcvbuf,
         expect_trip_times: args.expect_trip_times,
         quiet: args.quiet,
+        max_conns: args.max_conns as usize,
+        idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
     };
     match run(&cfg) {
         Ok(()) => 0,

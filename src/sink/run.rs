@@ -1,5 +1,11 @@
-//! The event loop of sbm-sink: accept any number of connections, read and discard,
+//! The event loop of sbm-sink: accept connections (up to `--max-conns`), read and discard,
 //! an interval line per connection per interval, a total when each one closes.
+//!
+//! Built to stay healthy under abuse: when it runs out of file descriptors or reaches its
+//! connection limit it stops polling the listener (the kernel's backlog holds the queue)
+//! until a connection closes or a short back-off ends, and says so at most once per
+//! [`LOG_EVERY`]; connections that send nothing for `--idle-timeout` are closed; a
+//! connection costs a few hundred bytes until it shows it is a trip-timed stream.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -16,7 +22,7 @@ use crate::report::human;
 use crate::report::schema::SinkIntervalRow;
 use crate::report::CsvFile;
 use crate::signals::StopSignals;
-use crate::sink::stream::{MessageRow, SinkReply, StreamState, MAX_REPLY_MESSAGES};
+use crate::sink::stream::{clocks_shared, MessageRow, SinkReply, StreamState, MAX_REPLY_MESSAGES};
 use crate::units;
 
 const LISTEN_TOKEN: u64 = 0;
@@ -26,6 +32,11 @@ const FIRST_CONN_TOKEN: u64 = 2;
 const READ_BUF: usize = 1 << 20;
 /// Reads per readiness event before other connections get their turn.
 const READS_PER_EVENT: usize = 16;
+/// How long accepting pauses after the process or system ran out of descriptors (or
+/// memory), unless a connection closes first.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(250);
+/// At most one line per this long about refused or deferred connections.
+const LOG_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub struct SinkConfig {
@@ -36,11 +47,15 @@ pub struct SinkConfig {
     pub rcvbuf: Option<u32>,
     pub quiet: bool,
     pub expect_trip_times: bool,
+    /// At most this many open connections; more wait in the kernel's backlog.
+    pub max_conns: usize,
+    /// Close a connection that has sent nothing for this long (None: never).
+    pub idle_timeout: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {source}{}", listen_hint(source))]
     Listen {
         addr: SocketAddr,
         #[source]
@@ -62,6 +77,20 @@ pub enum SinkError {
     },
 }
 
+/// What to do about the usual reasons a listen fails.
+fn listen_hint(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::AddrInUse => {
+            " (another program is listening there: choose another port with --listen ADDR:PORT)"
+        }
+        io::ErrorKind::AddrNotAvailable => {
+            " (no interface has that address: use 0.0.0.0 or [::] for all)"
+        }
+        io::ErrorKind::PermissionDenied => " (ports below 1024 need root or CAP_NET_BIND_SERVICE)",
+        _ => "",
+    }
+}
+
 fn os(what: &'static str) -> impl FnOnce(nix::Error) -> SinkError {
     move |e| SinkError::Os {
         what,
@@ -78,6 +107,8 @@ enum Ending {
     Protocol(String),
     Failed(String),
     Signal(String),
+    /// Nothing received for the idle timeout.
+    Idle(Duration),
 }
 
 fn realtime_ns() -> u64 {
@@ -95,6 +126,8 @@ struct Conn {
     bytes: u64,
     interval_start: Duration,
     interval_bytes: u64,
+    /// When the last bytes arrived (or the connection was accepted): for --idle-timeout.
+    last_data: Instant,
     stream: StreamState,
 }
 
@@ -106,6 +139,44 @@ impl Conn {
     fn next_tick(&self, interval: Duration) -> Instant {
         self.accepted_at + self.interval_start + interval
     }
+
+    /// When the connection counts as idle, if nothing arrives before.
+    fn idle_at(&self, idle_timeout: Option<Duration>) -> Option<Instant> {
+        idle_timeout.map(|t| self.last_data + t)
+    }
+}
+
+/// A message about something that can repeat thousands of times a second (refused
+/// connections): printed at most once per [`LOG_EVERY`], with the count of those held back.
+#[derive(Default)]
+struct RateLimitedLog {
+    last: Option<Instant>,
+    held_back: u64,
+}
+
+impl RateLimitedLog {
+    fn say(&mut self, now: Instant, msg: impl FnOnce() -> String) {
+        if self.last.is_some_and(|l| now.duration_since(l) < LOG_EVERY) {
+            self.held_back += 1;
+            return;
+        }
+        let more = match self.held_back {
+            0 => String::new(),
+            n => format!(" ({n} more since the last such line)"),
+        };
+        eprintln!("sbm-sink: {}{more}", msg());
+        self.last = Some(now);
+        self.held_back = 0;
+    }
+}
+
+/// Whether the listener is polled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Accepting {
+    Yes,
+    /// Not polled until a connection closes or (for a shortage of descriptors or memory,
+    /// which may be another process's) the instant given.
+    Paused(Option<Instant>),
 }
 
 fn listen(cfg: &SinkConfig) -> Result<Socket, SinkError> {
@@ -139,6 +210,8 @@ struct Sink<'a> {
     messages_csv: Option<CsvFile>,
     boot_id: Option<String>,
     rows: Vec<MessageRow>,
+    accepting: Accepting,
+    refusals: RateLimitedLog,
 }
 
 impl Sink<'_> {
@@ -155,48 +228,96 @@ impl Sink<'_> {
 
     fn accept_all(&mut self) -> Result<(), SinkError> {
         loop {
+            if self.conns.len() >= self.cfg.max_conns {
+                let n = self.conns.len();
+                self.refusals.say(Instant::now(), || {
+                    format!(
+                        "{n} connections open (--max-conns): not accepting more until one closes"
+                    )
+                });
+                return self.pause_accepting(None);
+            }
             match self.listener.accept() {
-                Ok((sock, peer)) => {
-                    let peer = peer.as_socket().unwrap_or(self.cfg.listen);
-                    sock.set_nonblocking(true).map_err(|e| SinkError::Os {
-                        what: "set O_NONBLOCK",
-                        source: e,
-                    })?;
-                    let id = self.next_id;
-                    self.next_id += 1;
-                    self.epoll
-                        .add(
-                            sock.as_fd(),
-                            EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP, id),
-                        )
-                        .map_err(os("epoll_ctl(ADD connection)"))?;
-                    crate::say!("[{:>3}] connection from {peer}", id - FIRST_CONN_TOKEN + 1);
-                    self.conns.insert(
-                        id,
-                        Conn {
-                            id: id - FIRST_CONN_TOKEN + 1,
-                            peer,
-                            sock,
-                            accepted_at: Instant::now(),
-                            bytes: 0,
-                            interval_start: Duration::ZERO,
-                            interval_bytes: 0,
-                            stream: StreamState::new(
-                                self.cfg.expect_trip_times,
-                                self.boot_id.clone(),
-                            ),
-                        },
-                    );
-                }
+                Ok((sock, peer)) => self.add_conn(sock, peer)?,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // The peer gave up between SYN and accept: nothing to do.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
                 Err(e) => {
-                    eprintln!("sbm-sink: accept failed: {e}");
-                    return Ok(());
+                    // EMFILE/ENFILE/ENOBUFS/ENOMEM: the listener stays readable, so polling
+                    // it again at once would spin. Wait for a close or the back-off.
+                    let n = self.conns.len();
+                    self.refusals.say(Instant::now(), || {
+                        format!(
+                            "accept failed: {e} ({n} connections open); \
+                             pausing accepts until one closes or {} ms pass",
+                            ACCEPT_BACKOFF.as_millis()
+                        )
+                    });
+                    return self.pause_accepting(Some(Instant::now() + ACCEPT_BACKOFF));
                 }
             }
         }
+    }
+
+    fn add_conn(&mut self, sock: Socket, peer: SockAddr) -> Result<(), SinkError> {
+        let peer = peer.as_socket().unwrap_or(self.cfg.listen);
+        sock.set_nonblocking(true).map_err(|e| SinkError::Os {
+            what: "set O_NONBLOCK",
+            source: e,
+        })?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.epoll
+            .add(
+                sock.as_fd(),
+                EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP, id),
+            )
+            .map_err(os("epoll_ctl(ADD connection)"))?;
+        crate::say!("[{:>3}] connection from {peer}", id - FIRST_CONN_TOKEN + 1);
+        let now = Instant::now();
+        self.conns.insert(
+            id,
+            Conn {
+                id: id - FIRST_CONN_TOKEN + 1,
+                peer,
+                sock,
+                accepted_at: now,
+                bytes: 0,
+                interval_start: Duration::ZERO,
+                interval_bytes: 0,
+                last_data: now,
+                stream: StreamState::new(self.cfg.expect_trip_times),
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops polling the listener (level-triggered: it would report the same pending
+    /// connection again at once).
+    fn pause_accepting(&mut self, until: Option<Instant>) -> Result<(), SinkError> {
+        if self.accepting == Accepting::Yes {
+            self.epoll
+                .delete(self.listener.as_fd())
+                .map_err(os("epoll_ctl(DEL listener)"))?;
+        }
+        self.accepting = Accepting::Paused(until);
+        Ok(())
+    }
+
+    /// Polls the listener again and takes what waits in the backlog.
+    fn resume_accepting(&mut self) -> Result<(), SinkError> {
+        if self.accepting == Accepting::Yes {
+            return Ok(());
+        }
+        self.epoll
+            .add(
+                self.listener.as_fd(),
+                EpollEvent::new(EpollFlags::EPOLLIN, LISTEN_TOKEN),
+            )
+            .map_err(os("epoll_ctl(ADD listener)"))?;
+        self.accepting = Accepting::Yes;
+        self.accept_all()
     }
 
     /// Reads what is there. Returns Some(reason) when the connection has ended: `None`
@@ -213,6 +334,7 @@ impl Sink<'_> {
                 }
                 Ok(n) => {
                     let read_ns = realtime_ns();
+                    conn.last_data = Instant::now();
                     conn.bytes += n as u64;
                     conn.interval_bytes += n as u64;
                     let was_trip = conn.stream.is_trip();
@@ -231,8 +353,10 @@ impl Sink<'_> {
                             1,
                         );
                     }
-                    if !was_trip && conn.stream.peer_boot_id.is_some() {
-                        let clocks = match conn.stream.clocks_shared() {
+                    if !was_trip && conn.stream.peer_boot_id().is_some() {
+                        let shared =
+                            clocks_shared(conn.stream.peer_boot_id(), self.boot_id.as_deref());
+                        let clocks = match shared {
                             Some(true) => "same boot id: clocks shared, latencies are exact",
                             _ => "different hosts: latencies only as good as the hosts' clock sync",
                         };
@@ -257,23 +381,25 @@ impl Sink<'_> {
     }
 
     /// Sends the sink's view back after a clean end of stream (the sender half-closed).
-    fn reply(conn: &Conn) {
+    fn reply(conn: &Conn, own_boot_id: Option<&str>) {
         let end = conn.elapsed();
         let st = &conn.stream;
+        let trip = st.trip();
+        let messages = trip.map_or(0, |t| t.messages);
         let reply = SinkReply {
             sbm_version: env!("CARGO_PKG_VERSION"),
-            boot_id: crate::sysinfo::boot_id(),
-            peer_boot_id: st.peer_boot_id.clone(),
-            clocks_shared: st.clocks_shared(),
+            boot_id: own_boot_id.map(str::to_string),
+            peer_boot_id: st.peer_boot_id().map(str::to_string),
+            clocks_shared: clocks_shared(st.peer_boot_id(), own_boot_id),
             bytes: conn.bytes,
             duration_s: end.as_secs_f64(),
             goodput_bps: units::bits_per_second(conn.bytes, end),
             trip_times: st.is_trip(),
-            messages: st.messages,
-            latency: st.latency.percentiles(),
-            negative_latencies: st.negative_latencies,
-            read_times: st.read_times.clone(),
-            read_times_truncated: st.messages as usize > MAX_REPLY_MESSAGES,
+            messages,
+            latency: st.latency(),
+            negative_latencies: trip.map_or(0, |t| t.negative_latencies),
+            read_times: trip.map_or_else(Vec::new, |t| t.read_times.clone()),
+            read_times_truncated: messages as usize > MAX_REPLY_MESSAGES,
         };
         let json = serde_json::to_vec(&reply).expect("reply serializes");
         // A bounded blocking write: a peer that does not read cannot stall the sink long.
@@ -290,12 +416,11 @@ impl Sink<'_> {
         end: Duration,
         bytes: u64,
     ) -> SinkIntervalRow {
-        let hist = if kind == "total" {
-            &conn.stream.latency
+        let lat = if kind == "total" {
+            conn.stream.latency()
         } else {
-            &conn.stream.interval_latency
+            conn.stream.interval_latency()
         };
-        let lat = hist.percentiles();
         SinkIntervalRow {
             messages: lat.count,
             latency_p50_us: lat.p50_us,
@@ -320,13 +445,14 @@ impl Sink<'_> {
             csv.flush()?;
         }
         if ending == Ending::Eof {
-            Self::reply(&conn);
+            Self::reply(&conn, self.boot_id.as_deref());
         }
         let reason = match &ending {
             Ending::Eof => "closed by peer".to_string(),
             Ending::Protocol(e) => format!("closed: {e}"),
             Ending::Failed(e) => format!("failed: {e}"),
             Ending::Signal(s) => format!("cut short by {s}"),
+            Ending::Idle(t) => format!("closed: nothing received for {t:?} (--idle-timeout)"),
         };
         let end = conn.elapsed();
         if conn.interval_bytes > 0 || conn.interval_start < end {
@@ -350,7 +476,8 @@ impl Sink<'_> {
         let total = Self::interval_row(&conn, "total", Duration::ZERO, end, conn.bytes);
         self.emit(total)?;
         self.finished_conns += 1;
-        Ok(())
+        // A descriptor and a connection slot are free again.
+        self.resume_accepting()
     }
 
     fn tick(&mut self) -> Result<(), SinkError> {
@@ -370,7 +497,7 @@ impl Sink<'_> {
                 ));
                 conn.interval_start = end;
                 conn.interval_bytes = 0;
-                conn.stream.interval_latency.reset();
+                conn.stream.reset_interval();
             }
         }
         rows.sort_by(|a, b| {
@@ -379,17 +506,41 @@ impl Sink<'_> {
         for r in rows {
             self.emit(r)?;
         }
+        let idle: Vec<(u64, Duration)> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.idle_at(self.cfg.idle_timeout).is_some_and(|t| now >= t))
+            .map(|(&token, c)| (token, now.duration_since(c.last_data)))
+            .collect();
+        for (token, quiet_for) in idle {
+            self.close_conn(token, Ending::Idle(quiet_for))?;
+        }
+        if let Accepting::Paused(Some(until)) = self.accepting {
+            if now >= until {
+                self.resume_accepting()?;
+            }
+        }
         Ok(())
     }
 
+    /// Until the next interval line, idle deadline or end of an accept back-off.
     fn timeout_ms(&self) -> u16 {
         let now = Instant::now();
+        let resume = match self.accepting {
+            Accepting::Paused(until) => until,
+            Accepting::Yes => None,
+        };
         self.conns
             .values()
-            .map(|c| {
-                c.next_tick(self.cfg.interval)
-                    .saturating_duration_since(now)
+            .flat_map(|c| {
+                [
+                    Some(c.next_tick(self.cfg.interval)),
+                    c.idle_at(self.cfg.idle_timeout),
+                ]
             })
+            .chain([resume])
+            .flatten()
+            .map(|t| t.saturating_duration_since(now))
             .min()
             .map_or(u16::MAX, |d| {
                 d.as_micros().div_ceil(1000).min(u128::from(u16::MAX)) as u16
@@ -451,6 +602,8 @@ pub fn run(cfg: &SinkConfig) -> Result<(), SinkError> {
         messages_csv,
         boot_id: crate::sysinfo::boot_id(),
         rows: Vec::with_capacity(64),
+        accepting: Accepting::Yes,
+        refusals: RateLimitedLog::default(),
     };
     let mut events = [EpollEvent::empty(); 64];
     loop {

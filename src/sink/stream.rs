@@ -2,6 +2,10 @@
 //! (sbm-send --trip-times), recognised by the header magic at its first byte. For a
 //! trip-timed stream the sink measures each message's one-way latency: the time the read
 //! holding its last byte returned, minus the write time in its header.
+//!
+//! A plain or not yet recognised stream costs a few bytes: the latency histograms (tens of
+//! KiB each) and the parser exist only once a stream has shown the trip-times magic, so
+//! that idle or plain connections stay cheap (sbm-sink may hold thousands).
 
 use serde::Serialize;
 
@@ -11,12 +15,11 @@ use crate::wire::{self, Event, Parser, WireError};
 /// At most this many per-message read times are kept for the reply to the sender.
 pub const MAX_REPLY_MESSAGES: usize = 2_000_000;
 
-#[derive(Debug)]
 enum Mode {
-    /// Fewer than 4 bytes seen: not yet known.
-    Undecided(Vec<u8>),
+    /// Fewer than 4 bytes seen: not yet known. (bytes, how many of them are filled)
+    Undecided([u8; 4], usize),
     Plain,
-    Trip(Parser),
+    Trip(Box<TripStream>),
 }
 
 /// One finished message, for sink-messages.csv.
@@ -31,11 +34,9 @@ pub struct MessageRow {
     pub latency_us: i64,
 }
 
-pub struct StreamState {
-    mode: Mode,
-    /// Refuse plain streams (`sbm-sink --expect-trip-times`).
-    require_trip: bool,
-    own_boot_id: Option<String>,
+/// The state of a trip-timed stream: its parser and what it measured.
+pub struct TripStream {
+    parser: Parser,
     pub peer_boot_id: Option<String>,
     pub interval_latency: LatencyHist,
     pub latency: LatencyHist,
@@ -46,12 +47,10 @@ pub struct StreamState {
     events: Vec<Event>,
 }
 
-impl StreamState {
-    pub fn new(require_trip: bool, own_boot_id: Option<String>) -> StreamState {
-        StreamState {
-            mode: Mode::Undecided(Vec::with_capacity(4)),
-            require_trip,
-            own_boot_id,
+impl TripStream {
+    fn new() -> TripStream {
+        TripStream {
+            parser: Parser::new(),
             peer_boot_id: None,
             interval_latency: LatencyHist::new(),
             latency: LatencyHist::new(),
@@ -62,48 +61,14 @@ impl StreamState {
         }
     }
 
-    pub fn is_trip(&self) -> bool {
-        matches!(self.mode, Mode::Trip(_))
-    }
-
-    /// Same boot id: the sender's write times and our read times share a clock.
-    pub fn clocks_shared(&self) -> Option<bool> {
-        match (&self.peer_boot_id, &self.own_boot_id) {
-            (Some(p), Some(o)) => Some(p == o),
-            _ => None,
-        }
-    }
-
-    /// Takes the bytes of one read at `read_ns`; finished messages go to `rows`.
-    pub fn feed(
+    fn feed(
         &mut self,
         conn: u64,
         data: &[u8],
         read_ns: u64,
         rows: &mut Vec<MessageRow>,
     ) -> Result<(), WireError> {
-        if let Mode::Undecided(head) = &mut self.mode {
-            let take = (4 - head.len()).min(data.len());
-            head.extend_from_slice(&data[..take]);
-            if head.len() < 4 {
-                return Ok(());
-            }
-            let head = std::mem::take(head);
-            if head[..] == wire::MAGIC {
-                let mut p = Parser::new();
-                p.feed(&head, read_ns, &mut self.events)?;
-                self.mode = Mode::Trip(p);
-            } else if self.require_trip {
-                return Err(WireError::Magic([head[0], head[1], head[2], head[3]], 0));
-            } else {
-                self.mode = Mode::Plain;
-            }
-            return self.feed(conn, &data[take..], read_ns, rows);
-        }
-        let Mode::Trip(p) = &mut self.mode else {
-            return Ok(());
-        };
-        p.feed(data, read_ns, &mut self.events)?;
+        self.parser.feed(data, read_ns, &mut self.events)?;
         for ev in self.events.drain(..) {
             match ev {
                 Event::Hello { boot_id } => self.peer_boot_id = Some(boot_id),
@@ -137,19 +102,111 @@ impl StreamState {
         }
         Ok(())
     }
+}
+
+pub struct StreamState {
+    mode: Mode,
+    /// Refuse plain streams (`sbm-sink --expect-trip-times`).
+    require_trip: bool,
+}
+
+impl StreamState {
+    pub fn new(require_trip: bool) -> StreamState {
+        StreamState {
+            mode: Mode::Undecided([0; 4], 0),
+            require_trip,
+        }
+    }
+
+    pub fn is_trip(&self) -> bool {
+        matches!(self.mode, Mode::Trip(_))
+    }
+
+    /// The trip-timed stream's measurements, once the stream is known to be one.
+    pub fn trip(&self) -> Option<&TripStream> {
+        match &self.mode {
+            Mode::Trip(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The sender's boot id from its hello (trip-timed streams).
+    pub fn peer_boot_id(&self) -> Option<&str> {
+        self.trip().and_then(|t| t.peer_boot_id.as_deref())
+    }
+
+    /// Latencies of the current interval (empty for plain streams).
+    pub fn interval_latency(&self) -> Percentiles {
+        self.trip()
+            .map_or_else(Percentiles::default, |t| t.interval_latency.percentiles())
+    }
+
+    /// Latencies of the whole connection (empty for plain streams).
+    pub fn latency(&self) -> Percentiles {
+        self.trip()
+            .map_or_else(Percentiles::default, |t| t.latency.percentiles())
+    }
+
+    /// Starts a new interval's latency distribution.
+    pub fn reset_interval(&mut self) {
+        if let Mode::Trip(t) = &mut self.mode {
+            t.interval_latency.reset();
+        }
+    }
+
+    /// Takes the bytes of one read at `read_ns`; finished messages go to `rows`.
+    pub fn feed(
+        &mut self,
+        conn: u64,
+        data: &[u8],
+        read_ns: u64,
+        rows: &mut Vec<MessageRow>,
+    ) -> Result<(), WireError> {
+        if let Mode::Undecided(head, filled) = &mut self.mode {
+            let take = (4 - *filled).min(data.len());
+            head[*filled..*filled + take].copy_from_slice(&data[..take]);
+            *filled += take;
+            if *filled < 4 {
+                return Ok(());
+            }
+            let head = *head;
+            if head == wire::MAGIC {
+                let mut t = Box::new(TripStream::new());
+                t.feed(conn, &head, read_ns, rows)?;
+                self.mode = Mode::Trip(t);
+            } else if self.require_trip {
+                return Err(WireError::Magic(head, 0));
+            } else {
+                self.mode = Mode::Plain;
+            }
+            return self.feed(conn, &data[take..], read_ns, rows);
+        }
+        match &mut self.mode {
+            Mode::Trip(t) => t.feed(conn, data, read_ns, rows),
+            _ => Ok(()),
+        }
+    }
 
     /// The stream ended: a trip-timed stream must end on a message boundary.
     pub fn finish(&mut self, read_ns: u64) -> Result<(), WireError> {
         match &mut self.mode {
-            Mode::Trip(p) => p.finish(read_ns, &mut self.events),
-            Mode::Undecided(h) if !h.is_empty() && self.require_trip => {
+            Mode::Trip(t) => t.parser.finish(read_ns, &mut t.events),
+            Mode::Undecided(_, n) if *n > 0 && self.require_trip => {
                 Err(WireError::Truncated("a header"))
             }
-            Mode::Undecided(h) if h.len() >= 2 && h[..] == wire::MAGIC[..h.len()] => {
+            Mode::Undecided(h, n) if *n >= 2 && h[..*n] == wire::MAGIC[..*n] => {
                 Err(WireError::Truncated("a header"))
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// Same boot id: the sender's write times and our read times share a clock.
+pub fn clocks_shared(peer_boot_id: Option<&str>, own_boot_id: Option<&str>) -> Option<bool> {
+    match (peer_boot_id, own_boot_id) {
+        (Some(p), Some(o)) => Some(p == o),
+        _ => None,
     }
 }
 
@@ -188,14 +245,14 @@ mod tests {
 
     #[test]
     fn trip_streams_are_recognised_and_timed() {
-        let mut st = StreamState::new(false, Some("id-1".into()));
+        let mut st = StreamState::new(false);
         let mut rows = vec![];
         let s = trip_stream();
         st.feed(1, &s[..2], 5_000_000, &mut rows).unwrap();
         st.feed(1, &s[2..], 9_000_000, &mut rows).unwrap();
         st.finish(10_000_000).unwrap();
         assert!(st.is_trip());
-        assert_eq!(st.clocks_shared(), Some(true));
+        assert_eq!(clocks_shared(st.peer_boot_id(), Some("id-1")), Some(true));
         assert_eq!(
             rows,
             [MessageRow {
@@ -207,17 +264,17 @@ mod tests {
                 latency_us: 8_000
             }]
         );
-        assert_eq!(st.read_times, [(1, 9_000_000)]);
+        assert_eq!(st.trip().unwrap().read_times, [(1, 9_000_000)]);
     }
 
     #[test]
     fn plain_streams_pass_unless_trip_times_are_required() {
         let plain: Vec<u8> = (0..100u8).collect();
-        let mut st = StreamState::new(false, None);
+        let mut st = StreamState::new(false);
         st.feed(1, &plain, 0, &mut vec![]).unwrap();
         st.finish(0).unwrap();
         assert!(!st.is_trip());
-        let mut strict = StreamState::new(true, None);
+        let mut strict = StreamState::new(true);
         assert!(matches!(
             strict.feed(1, &plain, 0, &mut vec![]),
             Err(WireError::Magic(..))
@@ -226,10 +283,10 @@ mod tests {
 
     #[test]
     fn a_truncated_header_is_an_error() {
-        let mut st = StreamState::new(false, None);
+        let mut st = StreamState::new(false);
         st.feed(1, b"SBMt\x00", 0, &mut vec![]).unwrap();
         assert_eq!(st.finish(0), Err(WireError::Truncated("a header")));
-        let mut st = StreamState::new(false, None);
+        let mut st = StreamState::new(false);
         st.feed(1, b"SB", 0, &mut vec![]).unwrap();
         assert_eq!(st.finish(0), Err(WireError::Truncated("a header")));
     }
