@@ -7,10 +7,35 @@ pub const DEFAULT_PORT: u16 = 5301;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AddrError {
+    /// A usage error: the text cannot be an address.
+    #[error("invalid address '{0}': the port must be a number from 0 to 65535")]
+    BadPort(String),
     #[error("cannot resolve '{0}': {1}")]
     Resolve(String, String),
     #[error("'{0}' resolves to no address")]
     NoAddress(String),
+}
+
+impl AddrError {
+    /// Bad input (exit status 2) rather than a name the system could not resolve (1).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, AddrError::BadPort(_))
+    }
+}
+
+/// What can be checked without asking a resolver: a port that cannot be one.
+pub fn check_syntax(spec: &str) -> Result<(), AddrError> {
+    if let Some((host, port)) = spec.rsplit_once(':') {
+        let bracketed_or_plain = !host.contains(':') || host.ends_with(']');
+        if bracketed_or_plain
+            && !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u16>().is_err()
+        {
+            return Err(AddrError::BadPort(spec.into()));
+        }
+    }
+    Ok(())
 }
 
 /// Resolves `HOST:PORT`, `[V6]:PORT`, `HOST` or `V6` (default port) to one address.
@@ -24,6 +49,7 @@ pub fn resolve(spec: &str) -> Result<SocketAddr, AddrError> {
     {
         return Ok(SocketAddr::new(ip, DEFAULT_PORT));
     }
+    check_syntax(spec)?;
     let with_port = if spec
         .rsplit_once(':')
         .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
@@ -56,6 +82,11 @@ mod tests {
         assert_eq!(resolve("[::1]:7").unwrap(), "[::1]:7".parse().unwrap());
         assert_eq!(resolve("::1").unwrap(), "[::1]:5301".parse().unwrap());
         assert_eq!(resolve("localhost:9").unwrap().port(), 9);
-        assert!(resolve("1.2.3.4:99999").is_err());
+        assert_eq!(
+            resolve("1.2.3.4:99999"),
+            Err(AddrError::BadPort("1.2.3.4:99999".into()))
+        );
+        assert!(resolve("[::1]:70000").unwrap_err().is_usage());
+        assert!(!resolve("no-such-host.invalid:9").unwrap_err().is_usage());
     }
 }

@@ -1,5 +1,6 @@
 //! What every sbm binary's `main` shares: parse the command line the clap way (help and
-//! version to stdout with status 0, a bad flag as one message with status 2).
+//! version to stdout with status 0), a bad flag as exactly one line on stderr with status
+//! 2 — scripts and matrices read that line, so clap's multi-line usage block is folded.
 
 use std::ffi::OsString;
 
@@ -11,10 +12,43 @@ where
     A: Into<OsString> + Clone,
 {
     T::try_parse_from(args).map_err(|e| {
-        let code = if e.use_stderr() { 2 } else { 0 };
-        let _ = e.print();
-        code
+        if !e.use_stderr() {
+            let _ = e.print();
+            return 0;
+        }
+        let name = T::command().get_name().to_string();
+        eprintln!("{}", one_line(&name, &e.render().to_string()));
+        2
     })
+}
+
+/// clap's message as one line: the error and its details, without the usage block and
+/// the "For more information" footer, ending with where to look.
+pub fn one_line(program: &str, rendered: &str) -> String {
+    let body: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let text = body.join(" ");
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    format!("{program}: {text} (see {program} --help)")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clap_messages_become_one_line() {
+        let rendered = "error: the following required arguments were not provided:\n  \
+                        --connect <HOST:PORT>\n\nUsage: sbm-send --connect <HOST:PORT>\n\n\
+                        For more information, try '--help'.\n";
+        assert_eq!(
+            super::one_line("sbm-send", rendered),
+            "sbm-send: the following required arguments were not provided: \
+             --connect <HOST:PORT> (see sbm-send --help)"
+        );
+    }
 }
 
 /// `println!` that never panics: a closed stdout (`sbm-sink | head`) must not crash a

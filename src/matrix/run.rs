@@ -261,6 +261,57 @@ fn sender_command(
     cmd
 }
 
+/// sbm-send's arguments for `cell` (without the program), writing into `dir`.
+fn send_args(spec: &MatrixSpec, cell: &Cell, dir: &Path) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--connect".into(),
+        format!("{}:{SINK_PORT}", wan::RCV_ADDR),
+        "-t".into(),
+        format!("{}ms", cell.duration.as_millis()),
+        "--warmup".into(),
+        format!("{}ms", cell.warmup.as_millis()),
+        "-i".into(),
+        spec.interval.clone(),
+        "--out".into(),
+        dir.to_string_lossy().into_owned(),
+        "--label".into(),
+        cell.label.clone(),
+        "-l".into(),
+        cell.write_size.clone(),
+        "--cc".into(),
+        cell.cc.clone(),
+    ];
+    if cell.nodelay {
+        args.push("--nodelay".into());
+    }
+    if let Some(d) = cell.drain_timeout {
+        args.extend(["--drain-timeout".into(), format!("{}ms", d.as_millis())]);
+    }
+    args.extend(cell.args.iter().cloned());
+    args
+}
+
+/// Every cell's sbm-send command line goes through sbm-send's own parser before anything
+/// is built (a path, a UML kernel): a typo in `args` is one line now, not a failed cell
+/// after minutes of set-up.
+pub fn check_send_args(spec: &MatrixSpec, cells: &[Cell]) -> Result<(), String> {
+    use clap::Parser as _;
+    for cell in cells {
+        let mut argv = vec!["sbm-send".to_string()];
+        argv.extend(send_args(spec, cell, Path::new("OUT")));
+        let parsed = crate::send::cli::SendArgs::try_parse_from(&argv).map_err(|e| {
+            crate::cli::one_line("sbm-send", &e.render().to_string())
+        });
+        if let Err(e) = parsed.and_then(|a| a.check().map(drop)) {
+            return Err(format!(
+                "cell {}: its sender arguments are refused: {e}",
+                cell.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Runs one cell in `dir`. Returns its status and whether the run was interrupted.
 fn run_cell(
     spec: &MatrixSpec,
@@ -308,32 +359,8 @@ fn run_cell(
         dir.to_string_lossy().into_owned(),
         "-q".into(),
     ];
-    let mut send_cmd: Vec<String> = vec![
-        bins.join("sbm-send").to_string_lossy().into_owned(),
-        "--connect".into(),
-        format!("{}:{SINK_PORT}", wan::RCV_ADDR),
-        "-t".into(),
-        format!("{}ms", cell.duration.as_millis()),
-        "--warmup".into(),
-        format!("{}ms", cell.warmup.as_millis()),
-        "-i".into(),
-        spec.interval.clone(),
-        "--out".into(),
-        dir.to_string_lossy().into_owned(),
-        "--label".into(),
-        cell.label.clone(),
-        "-l".into(),
-        cell.write_size.clone(),
-        "--cc".into(),
-        cell.cc.clone(),
-    ];
-    if cell.nodelay {
-        send_cmd.push("--nodelay".into());
-    }
-    if let Some(d) = cell.drain_timeout {
-        send_cmd.extend(["--drain-timeout".into(), format!("{}ms", d.as_millis())]);
-    }
-    send_cmd.extend(cell.args.iter().cloned());
+    let mut send_cmd = vec![bins.join("sbm-send").to_string_lossy().into_owned()];
+    send_cmd.extend(send_args(spec, cell, dir));
     let send_cmd = sender_command(spec, prefix, cell, dir, kernel, send_cmd);
 
     let sink_log = dir.join("sink.log");
@@ -477,6 +504,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         (spec, text, dir)
     };
     let all = spec.cells().map_err(|e| e.to_string())?;
+    check_send_args(&spec, &all)?;
     let filters: Vec<&str> = opts
         .only
         .as_deref()

@@ -106,21 +106,21 @@ pub struct SendArgs {
 
     /// Who implements --replenish-time: auto = the kernel when it announces the option,
     /// else the userspace emulation.
-    #[arg(long, value_enum, default_value_t = ReplenishImpl::Auto)]
+    #[arg(long, value_enum, default_value_t = ReplenishImpl::Auto, requires = "replenish_time")]
     pub replenish_impl: ReplenishImpl,
 
     /// The patched kernel's option number for TCP_REPLENISH_TIME (also
     /// SBM_REPLENISH_OPTNAME); numbers ≤ 46 are mainline options and refused.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", requires = "replenish_time")]
     pub replenish_optname: Option<u32>,
 
     /// Emulation: treat a sub-MSS backlog as writable while Nagle is on (the report's §6
     /// fix; never applies with --nodelay).
-    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    #[arg(long, value_enum, default_value_t = OnOff::On, requires = "replenish_time")]
     pub sub_mss_clause: OnOff,
 
     /// Emulation: how app-limited delivery-rate samples are used.
-    #[arg(long, value_enum, default_value_t = RateEstimator::Delivery)]
+    #[arg(long, value_enum, default_value_t = RateEstimator::Delivery, requires = "replenish_time")]
     pub rate_estimator: RateEstimator,
 
     /// Congestion control (TCP_CONGESTION), e.g. cubic, bbr, reno.
@@ -129,7 +129,7 @@ pub struct SendArgs {
 
     /// SO_RCVBUF for the timestamp error queue (default 16MiB, forced when root). Small
     /// values make the kernel drop reports, which sbm then counts as missing.
-    #[arg(long, value_parser = parse_u32_bytes, value_name = "BYTES")]
+    #[arg(long, value_parser = parse_u32_bytes, value_name = "BYTES", conflicts_with = "no_timestamps")]
     pub errqueue_rcvbuf: Option<u32>,
 
     /// Do not enable TX timestamps (the measurement-validity control run).
@@ -143,12 +143,12 @@ pub struct SendArgs {
 
     /// Sample snd_nxt this often (and at every loop event) for the second departure
     /// estimate of every write; 0s = off.
-    #[arg(long, default_value = "1ms", value_parser = units::parse_duration_or_zero, value_name = "DUR")]
+    #[arg(long, default_value = "1ms", value_parser = units::parse_duration_or_zero, value_name = "DUR", conflicts_with = "no_timestamps")]
     pub sample_interval: Duration,
 
     /// Send every write with MSG_EOR so that it gets its own skb and TX report. A measurement
     /// mode for checking the estimators: it changes packetisation (no coalescing).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_timestamps")]
     pub eor: bool,
 
     /// Up to N writes per write invitation, stopping at the first write the kernel does not
@@ -236,9 +236,47 @@ fn parse_write_size(s: &str) -> Result<u32, String> {
     to_u32(s, v)
 }
 
+/// Why the command line gives no configuration: bad input (exit status 2) or a host name
+/// the system cannot resolve (1).
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Resolve(crate::addr::AddrError),
+}
+
+impl ArgsError {
+    pub fn exit_status(&self) -> i32 {
+        match self {
+            ArgsError::Usage(_) => 2,
+            ArgsError::Resolve(e) if e.is_usage() => 2,
+            ArgsError::Resolve(_) => 1,
+        }
+    }
+}
+
+impl From<String> for ArgsError {
+    fn from(s: String) -> ArgsError {
+        ArgsError::Usage(s)
+    }
+}
+
 impl SendArgs {
-    pub fn into_config(self) -> Result<SendConfig, String> {
-        let peer = crate::addr::resolve(&self.connect).map_err(|e| e.to_string())?;
+    /// Checks what clap cannot (values that depend on each other) and builds the config.
+    /// The host name is resolved last, so that every usage error is reported first.
+    pub fn into_config(self) -> Result<SendConfig, ArgsError> {
+        let cfg = self.check()?;
+        let peer = crate::addr::resolve(&cfg.1).map_err(ArgsError::Resolve)?;
+        Ok(SendConfig { peer, ..cfg.0 })
+    }
+
+    /// Everything but name resolution (sbm-matrix validates cells' `args` with it before
+    /// it builds a path). Returns the config with a placeholder peer, and the peer's text.
+    pub fn check(self) -> Result<(SendConfig, String), String> {
+        crate::addr::check_syntax(&self.connect).map_err(|e| e.to_string())?;
+        let connect = self.connect.clone();
+        let peer = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
         let time = match (self.time, self.bytes, self.writes) {
             (None, None, None) => Some(Duration::from_secs(10)),
             (t, _, _) => t,
@@ -319,6 +357,7 @@ impl SendArgs {
             reply_timeout: self.reply_timeout,
             quiet: self.quiet,
         })
+        .map(|c| (c, connect))
     }
 }
 
@@ -332,6 +371,7 @@ mod tests {
         SendArgs::try_parse_from(v)
             .map_err(|e| e.to_string())?
             .into_config()
+            .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -24,7 +24,7 @@ where
         Ok(c) => c,
         Err(e) => {
             eprintln!("sbm-send: {e}");
-            return 2;
+            return e.exit_status();
         }
     };
     match run(&cfg) {

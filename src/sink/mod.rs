@@ -20,7 +20,7 @@ where
         Ok(a) => a,
         Err(e) => {
             eprintln!("sbm-sink: {e}");
-            return 2;
+            return if e.is_usage() { 2 } else { 1 };
         }
     };
     let cfg = SinkConfig {
