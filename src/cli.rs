@@ -11,15 +11,48 @@ where
     I: IntoIterator<Item = A>,
     A: Into<OsString> + Clone,
 {
-    T::try_parse_from(args).map_err(|e| {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    T::try_parse_from(&args).map_err(|e| {
         if !e.use_stderr() {
             let _ = e.print();
             return 0;
         }
-        let name = T::command().get_name().to_string();
-        eprintln!("{}", one_line(&name, &e.render().to_string()));
+        let cmd = T::command();
+        let name = cmd.get_name().to_string();
+        let line = if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            missing_subcommand(&cmd, &args)
+        } else {
+            one_line(&name, &e.render().to_string())
+        };
+        eprintln!("{line}");
         2
     })
+}
+
+/// "which subcommand?" as one line: clap would print the whole help.
+fn missing_subcommand(cmd: &clap::Command, args: &[OsString]) -> String {
+    let mut cmd = cmd;
+    let mut path = vec![cmd.get_name().to_string()];
+    for a in args.iter().skip(1) {
+        match cmd.find_subcommand(a) {
+            Some(sub) => {
+                path.push(sub.get_name().to_string());
+                cmd = sub;
+            }
+            None => break,
+        }
+    }
+    let names: Vec<&str> = cmd
+        .get_subcommands()
+        .map(clap::Command::get_name)
+        .filter(|n| *n != "help")
+        .collect();
+    let path = path.join(" ");
+    format!(
+        "{}: {path} needs a subcommand: {} (see {path} --help)",
+        path.split(' ').next().unwrap_or(""),
+        names.join(", ")
+    )
 }
 
 /// clap's message as one line: the error and its details, without the usage block and

@@ -35,13 +35,13 @@ pub enum Cmd {
         #[arg(long)]
         only: Option<String>,
         /// Run only the cells of --out DIR that did not finish.
-        #[arg(long)]
+        #[arg(long, requires = "out")]
         resume: bool,
         /// List the cells and the estimated wall time; run nothing.
         #[arg(long)]
         dry_run: bool,
         /// Test-bed prefix (default mx<pid>).
-        #[arg(long)]
+        #[arg(long, value_parser = crate::testbed::parse_prefix)]
         prefix: Option<String>,
     },
     /// Rebuild summary.csv, table.md and plots of a run directory from its stored results.
@@ -87,9 +87,6 @@ fn main_inner(cli: Cli) -> Result<i32, String> {
             dry_run,
             prefix,
         } => {
-            if let Some(p) = &prefix {
-                crate::testbed::wan::validate_prefix(p).map_err(|e| e.to_string())?;
-            }
             let opts = run::RunOptions {
                 matrix: resolve_matrix(&matrix),
                 out,

@@ -60,7 +60,7 @@ pub enum UmlCmd {
         #[command(flatten)]
         source: KernelSource,
         /// Parallel compile jobs (default: the number of CPUs).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_jobs)]
         jobs: Option<usize>,
         /// Rebuild even if the cache has this kernel.
         #[arg(long)]
@@ -130,10 +130,23 @@ fn parse_rate(s: &str) -> Result<RateArg, String> {
     }
 }
 
+fn parse_jobs(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n @ 1..=1024) => Ok(n),
+        _ => Err(format!("'{s}': a whole number from 1 to 1024")),
+    }
+}
+
+/// A test-bed prefix, checked where it is parsed (a bad one is a usage error).
+pub fn parse_prefix(s: &str) -> Result<String, String> {
+    wan::validate_prefix(s).map_err(|e| e.to_string())?;
+    Ok(s.to_string())
+}
+
 #[derive(Debug, Args)]
 pub struct PrefixArg {
     /// Names the bed: namespaces PREFIX-snd, PREFIX-wan, PREFIX-rcv.
-    #[arg(long, default_value = "sbm")]
+    #[arg(long, default_value = "sbm", value_parser = parse_prefix)]
     pub prefix: String,
 }
 
