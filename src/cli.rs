@@ -69,21 +69,6 @@ pub fn one_line(program: &str, rendered: &str) -> String {
     format!("{program}: {text} (see {program} --help)")
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn clap_messages_become_one_line() {
-        let rendered = "error: the following required arguments were not provided:\n  \
-                        --connect <HOST:PORT>\n\nUsage: sbm-send --connect <HOST:PORT>\n\n\
-                        For more information, try '--help'.\n";
-        assert_eq!(
-            super::one_line("sbm-send", rendered),
-            "sbm-send: the following required arguments were not provided: \
-             --connect <HOST:PORT> (see sbm-send --help)"
-        );
-    }
-}
-
 /// `println!` that never panics: a closed stdout (`sbm-sink | head`) must not crash a
 /// measurement whose real output is its files.
 #[macro_export]
@@ -105,4 +90,19 @@ macro_rules! say_partial {
         use std::io::Write as _;
         let _ = write!(std::io::stdout(), $($arg)*);
     }};
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clap_messages_become_one_line() {
+        let rendered = "error: the following required arguments were not provided:\n  \
+                        --connect <HOST:PORT>\n\nUsage: sbm-send --connect <HOST:PORT>\n\n\
+                        For more information, try '--help'.\n";
+        assert_eq!(
+            super::one_line("sbm-send", rendered),
+            "sbm-send: the following required arguments were not provided: \
+             --connect <HOST:PORT> (see sbm-send --help)"
+        );
+    }
 }

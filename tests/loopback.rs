@@ -394,40 +394,7 @@ fn unreachable_peer_is_one_line_and_exit_1() {
     assert!(res.stderr.contains("connection refused"), "{}", res.stderr);
 }
 
-#[test]
-fn bad_flags_exit_2_with_a_message() {
-    for args in [
-        vec!["--connect", "127.0.0.1:9", "-l", "0"],
-        vec!["--connect", "127.0.0.1:9", "-l", "64XB"],
-        vec!["--connect", "127.0.0.1:9", "-t", "-1s"],
-        vec![
-            "--connect",
-            "127.0.0.1:9",
-            "--writes",
-            "99999999999999999999999",
-        ],
-        vec!["--connect", "127.0.0.1:9", "--bogus"],
-        vec!["--connect", "127.0.0.1:9", "-t", "2s", "--warmup", "3s"],
-        vec![],
-    ] {
-        let res = run("sbm-send", &args, RUN);
-        assert_eq!(res.code(), Some(2), "{args:?}: {}", res.stderr);
-        assert!(
-            res.stderr.contains("error") || res.stderr.contains("sbm-send:"),
-            "{args:?}: {}",
-            res.stderr
-        );
-        assert!(!res.stderr.contains("panicked"), "{}", res.stderr);
-    }
-    for args in [
-        vec!["--listen", "127.0.0.1:99999"],
-        vec!["-i", "0s"],
-        vec!["--rcvbuf", "lots"],
-    ] {
-        let res = run("sbm-sink", &args, RUN);
-        assert_eq!(res.code(), Some(2), "{args:?}: {}", res.stderr);
-    }
-}
+// Bad flags: tests/bad_input.rs, flag by flag for every binary.
 
 #[test]
 fn sink_serves_concurrent_connections_and_survives_garbage() {

@@ -299,9 +299,8 @@ pub fn check_send_args(spec: &MatrixSpec, cells: &[Cell]) -> Result<(), String> 
     for cell in cells {
         let mut argv = vec!["sbm-send".to_string()];
         argv.extend(send_args(spec, cell, Path::new("OUT")));
-        let parsed = crate::send::cli::SendArgs::try_parse_from(&argv).map_err(|e| {
-            crate::cli::one_line("sbm-send", &e.render().to_string())
-        });
+        let parsed = crate::send::cli::SendArgs::try_parse_from(&argv)
+            .map_err(|e| crate::cli::one_line("sbm-send", &e.render().to_string()));
         if let Err(e) = parsed.and_then(|a| a.check().map(drop)) {
             return Err(format!(
                 "cell {}: its sender arguments are refused: {e}",

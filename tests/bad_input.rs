@@ -1,0 +1,349 @@
+//! Bad input, flag by flag, for every binary and script: exactly one line on stderr, exit
+//! status 2 for a usage error and 1 for an environment error, never a panic. The table is
+//! checked for coverage against the parsers themselves, so a new flag without a row fails.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::CommandFactory;
+use common::{serial, Running};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn bin_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_sbm-send"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn program(name: &str) -> String {
+    let root = env!("CARGO_MANIFEST_DIR");
+    match name {
+        "scripts/matrix" | "scripts/bench" | "scripts/setup" | "testbed/wan" | "testbed/shape"
+        | "testbed/uml" => format!("{root}/{name}"),
+        bin => bin_dir().join(bin).to_string_lossy().into_owned(),
+    }
+}
+
+/// Runs `prog args` and checks the one-line rule: Ok(stderr), or what is wrong.
+fn try_check(prog: &str, args: &[&str], code: i32, needle: &str) -> Result<String, String> {
+    let res = Running::spawn_program(&program(prog), args).wait(LIMIT);
+    let stderr = res.stderr.trim().to_string();
+    let what = format!("{prog} {args:?}");
+    if stderr.contains("panicked") {
+        return Err(format!("{what} panicked: {stderr}"));
+    }
+    if res.code() != Some(code) {
+        return Err(format!(
+            "{what}: exit status {:?}, not {code} (stderr: {stderr})",
+            res.code()
+        ));
+    }
+    if stderr.lines().count() != 1 {
+        return Err(format!("{what}: stderr must be one line, was:\n{stderr}"));
+    }
+    if !stderr.contains(needle) {
+        return Err(format!("{what}: stderr lacks {needle:?}: {stderr}"));
+    }
+    Ok(stderr)
+}
+
+fn check(prog: &str, args: &[&str], code: i32, needle: &str) -> String {
+    try_check(prog, args, code, needle).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// (program, args, expected status, a word the message must contain)
+type Case = (&'static str, &'static [&'static str], i32, &'static str);
+
+const C: &str = "127.0.0.1:9";
+
+#[rustfmt::skip]
+const CASES: &[Case] = &[
+    // sbm-send: usage errors, one or more per flag.
+    ("sbm-send", &[], 2, "--connect"),
+    ("sbm-send", &["--connect"], 2, "--connect"),
+    ("sbm-send", &["--connect", "127.0.0.1:99999"], 2, "port"),
+    ("sbm-send", &["-c", C, "--time", "10"], 2, "unit"),
+    ("sbm-send", &["-c", C, "-t=-1s"], 2, "--time"),
+    ("sbm-send", &["-c", C, "--bytes", "0"], 2, "--bytes"),
+    ("sbm-send", &["-c", C, "--bytes", "5XB"], 2, "--bytes"),
+    ("sbm-send", &["-c", C, "--writes", "0"], 2, "--writes"),
+    ("sbm-send", &["-c", C, "--writes", "99999999999999999999999"], 2, "--writes"),
+    ("sbm-send", &["-c", C, "--write-size", "0"], 2, "--write-size"),
+    ("sbm-send", &["-c", C, "-l", "2GiB"], 2, "--write-size"),
+    ("sbm-send", &["-c", C, "--interval", "0s"], 2, "--interval"),
+    ("sbm-send", &["-c", C, "-i", "often"], 2, "--interval"),
+    ("sbm-send", &["-c", C, "--warmup", "x"], 2, "--warmup"),
+    ("sbm-send", &["-c", C, "-t", "2s", "--warmup", "3s"], 2, "--warmup"),
+    ("sbm-send", &["-c", C, "--out"], 2, "--out"),
+    ("sbm-send", &["-c", C, "--label"], 2, "--label"),
+    ("sbm-send", &["-c", C, "--epoll", "sideways"], 2, "--epoll"),
+    ("sbm-send", &["-c", C, "--nodelay=yes"], 2, "--nodelay"),
+    ("sbm-send", &["-c", C, "--notsent-lowat", "5GiB"], 2, "--notsent-lowat"),
+    ("sbm-send", &["-c", C, "--sndbuf", "0"], 2, "--sndbuf"),
+    ("sbm-send", &["-c", C, "--replenish-time", "15"], 2, "--replenish-time"),
+    ("sbm-send", &["-c", C, "--replenish-time", "1500ns"], 2, "microsecond"),
+    ("sbm-send", &["-c", C, "--replenish-time", "15ms", "--replenish-impl", "magic"], 2, "--replenish-impl"),
+    ("sbm-send", &["-c", C, "--replenish-impl", "kernel"], 2, "--replenish-time"),
+    ("sbm-send", &["-c", C, "--replenish-time", "15ms", "--replenish-optname", "x"], 2, "--replenish-optname"),
+    ("sbm-send", &["-c", C, "--replenish-optname", "47"], 2, "--replenish-time"),
+    ("sbm-send", &["-c", C, "--replenish-time", "15ms", "--sub-mss-clause", "maybe"], 2, "--sub-mss-clause"),
+    ("sbm-send", &["-c", C, "--sub-mss-clause", "off"], 2, "--replenish-time"),
+    ("sbm-send", &["-c", C, "--replenish-time", "15ms", "--rate-estimator", "guess"], 2, "--rate-estimator"),
+    ("sbm-send", &["-c", C, "--rate-estimator", "latest"], 2, "--replenish-time"),
+    ("sbm-send", &["-c", C, "--replenish-time", "15ms", "--replenish-impl", "emulated", "--notsent-lowat", "1000"], 2, "NOTSENT_LOWAT"),
+    ("sbm-send", &["-c", C, "--cc"], 2, "--cc"),
+    ("sbm-send", &["-c", C, "--errqueue-rcvbuf", "5GiB"], 2, "--errqueue-rcvbuf"),
+    ("sbm-send", &["-c", C, "--no-timestamps", "--errqueue-rcvbuf", "1MiB"], 2, "--no-timestamps"),
+    ("sbm-send", &["-c", C, "--no-timestamps=1"], 2, "--no-timestamps"),
+    ("sbm-send", &["-c", C, "--drain-timeout", "5"], 2, "--drain-timeout"),
+    ("sbm-send", &["-c", C, "--sample-interval", "5"], 2, "--sample-interval"),
+    ("sbm-send", &["-c", C, "--no-timestamps", "--sample-interval", "2ms"], 2, "--no-timestamps"),
+    ("sbm-send", &["-c", C, "--no-timestamps", "--eor"], 2, "--eor"),
+    ("sbm-send", &["-c", C, "--burst", "0"], 2, "--burst"),
+    ("sbm-send", &["-c", C, "--burst", "10", "--replenish-time", "15ms"], 2, "--burst"),
+    ("sbm-send", &["-c", C, "--trip-times", "-l", "8"], 2, "--trip-times"),
+    ("sbm-send", &["-c", C, "--reply-timeout", "0s"], 2, "--reply-timeout"),
+    ("sbm-send", &["-c", C, "--connect-timeout", "soon"], 2, "--connect-timeout"),
+    ("sbm-send", &["-c", C, "--quiet=no"], 2, "--quiet"),
+    ("sbm-send", &["-c", C, "--bogus"], 2, "--bogus"),
+    // sbm-send: environment errors.
+    ("sbm-send", &["-c", "no-such-host.invalid:5301"], 1, "cannot resolve"),
+    ("sbm-send", &["-c", C, "-t", "1s", "--out", "/proc/sbm-none/x"], 1, "output directory"),
+    // sbm-sink
+    ("sbm-sink", &["--listen", "127.0.0.1:99999"], 2, "port"),
+    ("sbm-sink", &["--listen", "no-such-host.invalid:5301"], 1, "cannot resolve"),
+    ("sbm-sink", &["--listen", "198.18.255.254:5301"], 1, "no interface has that address"),
+    ("sbm-sink", &["--interval", "0s"], 2, "--interval"),
+    ("sbm-sink", &["--once=1"], 2, "--once"),
+    ("sbm-sink", &["--out"], 2, "--out"),
+    ("sbm-sink", &["--listen", "127.0.0.1:0", "--out", "/proc/sbm-none/x"], 1, "output directory"),
+    ("sbm-sink", &["--rcvbuf", "lots"], 2, "--rcvbuf"),
+    ("sbm-sink", &["--expect-trip-times=yes"], 2, "--expect-trip-times"),
+    ("sbm-sink", &["--quiet=yes"], 2, "--quiet"),
+    ("sbm-sink", &["--max-conns", "0"], 2, "--max-conns"),
+    ("sbm-sink", &["--idle-timeout", "5"], 2, "--idle-timeout"),
+    ("sbm-sink", &["extra"], 2, "extra"),
+    // sbm-delay
+    ("sbm-delay", &[], 2, "--queue"),
+    ("sbm-delay", &["--queue", "bad"], 2, "--queue"),
+    ("sbm-delay", &["--queue", "0:86ms", "--stats"], 2, "--stats"),
+    ("sbm-delay", &["--queue", "0:86ms", "--max-len", "x"], 2, "--max-len"),
+    ("sbm-delay", &["--queue", "0:86ms", "--rcvbuf", "x"], 2, "--rcvbuf"),
+    // sbm-testbed
+    ("sbm-testbed", &[], 2, "wan, shape, uml"),
+    ("sbm-testbed", &["wan"], 2, "up, set, down, status"),
+    ("sbm-testbed", &["wan", "up", "--rtt", "x"], 2, "--rtt"),
+    ("sbm-testbed", &["wan", "up", "--rate", "fast"], 2, "--rate"),
+    ("sbm-testbed", &["wan", "up", "--queue", "deep"], 2, "--queue"),
+    ("sbm-testbed", &["wan", "up", "--shape-at", "moon"], 2, "--shape-at"),
+    ("sbm-testbed", &["wan", "up", "--delay-impl", "pigeon"], 2, "--delay-impl"),
+    ("sbm-testbed", &["wan", "up", "--prefix", "Bad!"], 2, "--prefix"),
+    ("sbm-testbed", &["wan", "up", "--owner", "me"], 2, "--owner"),
+    ("sbm-testbed", &["wan", "set"], 2, "--rate"),
+    ("sbm-testbed", &["wan", "set", "--rate", "x"], 2, "--rate"),
+    ("sbm-testbed", &["wan", "set", "--rate", "1mbit", "--queue", "x"], 2, "--queue"),
+    ("sbm-testbed", &["wan", "down", "--prefix", "much-too-long-prefix"], 2, "--prefix"),
+    ("sbm-testbed", &["wan", "status", "--json=1"], 2, "--json"),
+    ("sbm-testbed", &["wan", "set", "--rate", "1mbit", "--prefix", "zznone"], 1, "no test bed 'zznone'"),
+    ("sbm-testbed", &["wan", "status", "--prefix", "zznone"], 1, "no test bed 'zznone'"),
+    ("sbm-testbed", &["shape"], 2, "apply, clear, show"),
+    ("sbm-testbed", &["shape", "apply", "--rate", "1mbit"], 2, "<DEV>"),
+    ("sbm-testbed", &["shape", "apply", "lo", "--rate", "x"], 2, "--rate"),
+    ("sbm-testbed", &["shape", "apply", "lo", "--rate", "1mbit", "--queue", "x"], 2, "--queue"),
+    ("sbm-testbed", &["shape", "apply", "lo", "--rate", "1mbit", "--delay", "x"], 2, "--delay"),
+    ("sbm-testbed", &["shape", "apply", "lo", "--rate", "1mbit", "--ingress=1"], 2, "--ingress"),
+    ("sbm-testbed", &["shape", "apply", "lo", "--rate", "1mbit", "--dry-run=1"], 2, "--dry-run"),
+    ("sbm-testbed", &["shape", "clear", "lo", "--dry-run=1"], 2, "--dry-run"),
+    ("sbm-testbed", &["shape", "clear", "lo", "--ingress=1"], 2, "--ingress"),
+    ("sbm-testbed", &["shape", "show"], 2, "<DEV>"),
+    ("sbm-testbed", &["uml"], 2, "build, path, checkpatch, run"),
+    ("sbm-testbed", &["uml", "build", "--jobs", "0"], 2, "--jobs"),
+    ("sbm-testbed", &["uml", "build", "--force=1"], 2, "--force"),
+    ("sbm-testbed", &["uml", "build", "--kernel-dir", "/nonexistent"], 1, "/nonexistent/patches"),
+    ("sbm-testbed", &["uml", "build", "--cache"], 2, "--cache"),
+    ("sbm-testbed", &["uml", "path", "--cache"], 2, "--cache"),
+    ("sbm-testbed", &["uml", "checkpatch", "--kernel-dir", "/nonexistent"], 1, "/nonexistent/patches"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--cache", "--", "true"], 2, "--cache"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--kernel-dir", "--", "true"], 2, "--kernel-dir"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--prefix", "Bad!", "--", "true"], 2, "--prefix"),
+    ("sbm-testbed", &["uml", "path", "--kernel-dir"], 2, "--kernel-dir"),
+    ("sbm-testbed", &["uml", "checkpatch", "--cache"], 2, "--cache"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x"], 2, "<COMMAND>"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--kernel", "--", "true"], 2, "--kernel"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--cpu-quota", "0", "--", "true"], 2, "--cpu-quota"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--cpu-period", "x", "--", "true"], 2, "--cpu-period"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--mem", "x", "--", "true"], 2, "--mem"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--mtu", "100", "--", "true"], 2, "--mtu"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--sysctl", "noeq", "--", "true"], 2, "--sysctl"),
+    ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--timeout", "x", "--", "true"], 2, "--timeout"),
+    // sbm-matrix (scripts/matrix runs it)
+    ("sbm-matrix", &[], 2, "run, report, list"),
+    ("sbm-matrix", &["run"], 2, "<MATRIX>"),
+    ("sbm-matrix", &["run", "quick", "--resume"], 2, "--out"),
+    ("sbm-matrix", &["run", "quick", "--out"], 2, "--out"),
+    ("sbm-matrix", &["run", "quick", "--only"], 2, "--only"),
+    ("sbm-matrix", &["run", "quick", "--dry-run=1"], 2, "--dry-run"),
+    ("sbm-matrix", &["run", "quick", "--prefix", "Bad!"], 2, "--prefix"),
+    ("sbm-matrix", &["run", "quick", "--only", "nothing-matches", "--dry-run"], 1, "matches no cell"),
+    ("sbm-matrix", &["run", "no-such-preset", "--dry-run"], 1, "no-such-preset"),
+    ("sbm-matrix", &["report"], 2, "<DIR>"),
+    ("sbm-matrix", &["report", "/nonexistent-sbm-run"], 1, "/nonexistent-sbm-run"),
+    ("sbm-matrix", &["list", "extra"], 2, "extra"),
+    // The scripts: their own argument handling, or the binary they run.
+    ("scripts/matrix", &["run", "--bogus"], 2, "--bogus"),
+    ("scripts/bench", &["--bogus"], 2, "--bogus"),
+    ("scripts/bench", &["--reps", "0"], 2, "--reps"),
+    ("scripts/bench", &["--duration", "x"], 2, "--duration"),
+    ("scripts/bench", &["--placement", "moon"], 2, "--placement"),
+    ("scripts/bench", &["--rss-minutes", "-1"], 2, "--rss-minutes"),
+    ("scripts/bench", &["--out"], 2, "--out"),
+    ("scripts/bench", &["--smoke=1"], 2, "--smoke"),
+    ("scripts/bench", &["--no-path=1"], 2, "--no-path"),
+    ("scripts/setup", &["--bogus"], 2, "--bogus"),
+    ("testbed/wan", &["up", "--rate", "fast"], 2, "--rate"),
+    ("testbed/shape", &["apply"], 2, "<DEV>"),
+    ("testbed/uml", &["run", "--mem", "x"], 2, "--mem"),
+];
+
+#[test]
+fn every_bad_argument_is_one_line_and_the_right_status() {
+    let _g = serial();
+    // The wrappers must run the binaries under test, not build their own.
+    std::env::set_var("SBM_BIN", bin_dir());
+    std::env::set_var(
+        "SBM_MATRICES",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/matrices"),
+    );
+    let failures: Vec<String> = CASES
+        .iter()
+        .filter_map(|(prog, args, code, needle)| try_check(prog, args, *code, needle).err())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every long flag of every parser has a row above (booleans as `--flag=value`).
+#[test]
+fn the_table_covers_every_flag() {
+    fn flags(cmd: &clap::Command, out: &mut BTreeSet<String>, path: &str) {
+        for a in cmd.get_arguments() {
+            if let Some(l) = a.get_long() {
+                if l != "help" && l != "version" {
+                    out.insert(format!("{path} --{l}"));
+                }
+            }
+        }
+        for s in cmd.get_subcommands() {
+            flags(s, out, &format!("{path} {}", s.get_name()));
+        }
+    }
+    let mut wanted = BTreeSet::new();
+    flags(
+        &sbm::send::cli::SendArgs::command(),
+        &mut wanted,
+        "sbm-send",
+    );
+    flags(
+        &sbm::sink::cli::SinkArgs::command(),
+        &mut wanted,
+        "sbm-sink",
+    );
+    flags(&sbm::delay::DelayArgs::command(), &mut wanted, "sbm-delay");
+    flags(&sbm::testbed::Cli::command(), &mut wanted, "sbm-testbed");
+    flags(&sbm::matrix::Cli::command(), &mut wanted, "sbm-matrix");
+    let mut covered = BTreeSet::new();
+    for (prog, args, _, _) in CASES {
+        let prog = match *prog {
+            "testbed/wan" => "sbm-testbed wan".to_string(),
+            "testbed/shape" => "sbm-testbed shape".to_string(),
+            "testbed/uml" => "sbm-testbed uml".to_string(),
+            "scripts/matrix" => "sbm-matrix".to_string(),
+            p => p.to_string(),
+        };
+        let mut path = prog;
+        for a in args.iter() {
+            if let Some(flag) = a.strip_prefix("--") {
+                let flag = flag.split('=').next().unwrap();
+                covered.insert(format!("{path} --{flag}"));
+            } else if !a.starts_with('-')
+                && wanted
+                    .iter()
+                    .any(|w| w.starts_with(&format!("{path} {a} ")))
+            {
+                path = format!("{path} {a}");
+            }
+        }
+    }
+    // Short forms (-c, -t, -l, -i) stand for their long flags in the table.
+    for alias in [
+        "--connect",
+        "--time",
+        "--write-size",
+        "--interval",
+        "--quiet",
+    ] {
+        covered.insert(format!("sbm-send {alias}"));
+    }
+    let missing: Vec<&String> = wanted.difference(&covered).collect();
+    assert!(
+        missing.is_empty(),
+        "flags without a bad-input row: {missing:?}"
+    );
+}
+
+/// A port already taken, and a peer that never answers the SYN: environment errors, one
+/// line each, status 1, within the connect timeout.
+#[test]
+fn a_taken_port_and_a_black_holed_peer_are_one_line_and_status_1() {
+    let _g = serial();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    check(
+        "sbm-sink",
+        &["--listen", &addr],
+        1,
+        "another program is listening there",
+    );
+
+    // A listener whose accept queue is full: Linux drops further SYNs, so a connect
+    // neither succeeds nor is refused (a black hole on loopback).
+    let hole = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    hole.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    hole.listen(0).unwrap();
+    let hole_addr = hole.local_addr().unwrap().as_socket().unwrap();
+    let fillers: Vec<std::net::TcpStream> = (0..2)
+        .filter_map(|_| {
+            std::net::TcpStream::connect_timeout(&hole_addr, Duration::from_secs(1)).ok()
+        })
+        .collect();
+    assert!(!fillers.is_empty(), "could not fill the accept queue");
+    let started = std::time::Instant::now();
+    let msg = check(
+        "sbm-send",
+        &[
+            "-c",
+            &hole_addr.to_string(),
+            "--connect-timeout",
+            "1s",
+            "-t",
+            "1s",
+        ],
+        1,
+        "no answer within 1s",
+    );
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "connect timeout 1s took {took:?}: {msg}"
+    );
+}
