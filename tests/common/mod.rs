@@ -203,7 +203,7 @@ impl Sink {
         Sink::from_running(Running::spawn_program("ip", &args))
     }
 
-    fn from_running(mut proc: Running) -> Sink {
+    pub fn from_running(mut proc: Running) -> Sink {
         let line = proc.wait_line("listening on", Duration::from_secs(10));
         let addr = line
             .rsplit("listening on ")

@@ -1,0 +1,309 @@
+//! sbm-sink under abuse and resource limits: out of descriptors, thousands of idle
+//! connections, garbage, resets and half-open connections beside a healthy run.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{bin, num, read_csv, serial, tempdir, Running, Sink};
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
+
+const RUN: Duration = Duration::from_secs(60);
+
+/// CPU seconds (user + system) a process has used, from /proc.
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64
+        / nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .unwrap()
+            .unwrap() as f64
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// Raises this process's descriptor limit to at least `n` (the tests hold many client
+/// sockets); the sink gets its own limit from `ulimit` in its shell.
+fn allow_fds(n: u64) {
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if soft < n {
+        assert!(hard >= n, "need {n} descriptors, hard limit is {hard}");
+        setrlimit(Resource::RLIMIT_NOFILE, n, hard).unwrap();
+    }
+}
+
+/// A sink started through a shell that first sets its descriptor limit.
+fn sink_with_fd_limit(limit: u32, extra: &str) -> Sink {
+    let script = format!(
+        "ulimit -n {limit} && exec {} --listen 127.0.0.1:0 -q {extra}",
+        bin("sbm-sink").display()
+    );
+    Sink::from_running(Running::spawn_program("sh", &["-c", &script]))
+}
+
+fn nonblocking_connect(addr: &str) -> socket2::Socket {
+    let sa: std::net::SocketAddr = addr.parse().unwrap();
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let _ = s.connect(&sa.into());
+    s
+}
+
+#[test]
+fn out_of_descriptors_the_sink_waits_quietly_and_recovers() {
+    let _g = serial();
+    allow_fds(4096);
+    let mut sink = sink_with_fd_limit(64, "");
+    let pid = sink.proc.pid().as_raw();
+    // 1 000 connection attempts against a limit of 64 descriptors.
+    let clients: Vec<socket2::Socket> =
+        (0..1000).map(|_| nonblocking_connect(&sink.addr)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let cpu0 = cpu_seconds(pid);
+    let window = Duration::from_secs(4);
+    std::thread::sleep(window);
+    let share = (cpu_seconds(pid) - cpu0) / window.as_secs_f64();
+    assert!(
+        share < 0.05,
+        "the saturated sink used {:.1} % of a CPU",
+        share * 100.0
+    );
+    drop(clients);
+    // Once descriptors are free, a healthy run completes and is counted in full.
+    let out = tempdir("emfile");
+    let res = Running::spawn(
+        "sbm-send",
+        &[
+            "--connect",
+            &sink.addr,
+            "--writes",
+            "300",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    )
+    .wait(RUN);
+    assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+    let summary = common::read_json(&out.join("summary.json"));
+    assert_eq!(
+        summary["receiver"]["bytes"].as_u64(),
+        Some(300 * 65_536),
+        "{summary}"
+    );
+    let stop = sink.stop();
+    let refusals = stop.stderr.lines().count();
+    // The back-off speaks at most once per 5 s: a few lines in the ~6 s this took.
+    assert!(
+        (1..=4).contains(&refusals),
+        "{refusals} lines on stderr:\n{}",
+        stop.stderr
+    );
+    assert!(
+        stop.stderr.contains("Too many open files"),
+        "{}",
+        stop.stderr
+    );
+}
+
+#[test]
+fn max_conns_defers_the_next_connection_until_one_closes() {
+    let _g = serial();
+    let mut sink = Sink::start("127.0.0.1:0", &["-q", "--max-conns", "2"]);
+    let a = TcpStream::connect(&sink.addr).unwrap();
+    let _b = TcpStream::connect(&sink.addr).unwrap();
+    sink.proc
+        .wait_line("[  2] connection from", Duration::from_secs(10));
+    // The third waits in the backlog: the sink does not take it while two are open.
+    let mut c = TcpStream::connect(&sink.addr).unwrap();
+    c.write_all(b"waiting").unwrap();
+    let deadline = Instant::now() + Duration::from_millis(700);
+    while let Ok(l) = sink
+        .proc
+        .lines
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+    {
+        assert!(!l.contains("[  3]"), "a third connection was taken: {l}");
+    }
+    drop(a);
+    sink.proc
+        .wait_line("[  3] connection from", Duration::from_secs(10));
+    drop(c);
+    let total = sink.proc.wait_line("[  3] 0.00", Duration::from_secs(10));
+    assert!(total.contains("7 B") && total.contains("total"), "{total}");
+    let stop = sink.stop();
+    assert!(stop.stderr.contains("--max-conns"), "{}", stop.stderr);
+}
+
+#[test]
+fn ten_thousand_idle_connections_are_cheap_and_idle_ones_are_closed() {
+    let _g = serial();
+    allow_fds(12_000);
+    let mut sink = sink_with_fd_limit(12_000, "--max-conns 11000 --idle-timeout 3s");
+    let pid = sink.proc.pid().as_raw();
+    let before = rss_kib(pid);
+    let conns: Vec<TcpStream> = (0..10_000)
+        .map(|_| TcpStream::connect(&sink.addr).unwrap())
+        .collect();
+    sink.proc
+        .wait_line("[10000] connection from", Duration::from_secs(60));
+    let grew = rss_kib(pid).saturating_sub(before);
+    assert!(
+        grew < 64 * 1024,
+        "10 000 idle connections cost {grew} KiB (limit 64 MiB)"
+    );
+    // A slow sender is not idle: a byte every second keeps it open past the timeout.
+    let mut slow = TcpStream::connect(&sink.addr).unwrap();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        slow.write_all(b"x").unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // By now (≥ 5 s) the idle ones have been closed by the sink: reads see EOF.
+    let mut probe = conns.into_iter().take(3).collect::<Vec<_>>();
+    for c in &mut probe {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        use std::io::Read;
+        assert_eq!(
+            c.read(&mut b).unwrap(),
+            0,
+            "an idle connection is still open"
+        );
+    }
+    slow.write_all(b"y").unwrap();
+    drop(slow);
+    let line = sink.proc.wait_line("10001]", Duration::from_secs(10));
+    let stop = sink.stop();
+    let all = format!("{}\n{}", line, stop.stdout);
+    assert!(
+        all.lines()
+            .any(|l| l.contains("10001]") && l.contains("total")),
+        "the slow sender's total is missing: {all}"
+    );
+    assert!(
+        !all.lines()
+            .any(|l| l.contains("10001]") && l.contains("--idle-timeout")),
+        "the slow sender was closed as idle: {all}"
+    );
+}
+
+#[test]
+fn garbage_resets_and_half_open_connections_leave_a_healthy_run_exact() {
+    let _g = serial();
+    let dir = tempdir("abuse");
+    let sink = Sink::start("127.0.0.1:0", &["--out", dir.to_str().unwrap(), "-q"]);
+    let addr = sink.addr.clone();
+    let stop_abuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let abuser = {
+        let stop = stop_abuse.clone();
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            let mut half_open = vec![];
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 1000 {
+                n += 1;
+                if n == 100 {
+                    let _ = started_tx.send(());
+                }
+                let Ok(mut s) = TcpStream::connect(&addr) else {
+                    continue;
+                };
+                match n % 4 {
+                    // Garbage, then a normal close.
+                    0 => {
+                        let _ = s.write_all(b"\xff\xfeGET / HTTP/1.0\r\n\r\n");
+                    }
+                    // The trip-times magic followed by nonsense, then a reset.
+                    1 => {
+                        let _ = s.write_all(b"SBMt\x00\x00\xff\xff\xff\xff garbage");
+                        let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                    }
+                    // A reset with nothing sent.
+                    2 => {
+                        let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                    }
+                    // Half-open: a partial header, then silence with the connection kept.
+                    _ => {
+                        let _ = s.write_all(b"SB");
+                        half_open.push(s);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            half_open
+        })
+    };
+    // The healthy run starts once the abuse is under way, and lasts while it goes on.
+    started_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let out = dir.join("send");
+    let res = Running::spawn(
+        "sbm-send",
+        &[
+            "--connect",
+            &addr,
+            "-t",
+            "2s",
+            "-l",
+            "16KiB",
+            "--trip-times",
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+    )
+    .wait(RUN);
+    stop_abuse.store(true, std::sync::atomic::Ordering::Relaxed);
+    let half_open = abuser.join().unwrap();
+    assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+    let summary = common::read_json(&out.join("summary.json"));
+    let writes = summary["totals"]["writes"].as_u64().unwrap();
+    // What the sink received: every write plus the trip-times hello that opens the stream.
+    let hello = sbm::wire::hello(&sbm::sysinfo::boot_id().unwrap(), 0).len() as u64;
+    let sent = summary["totals"]["bytes_written"].as_u64().unwrap() + hello;
+    assert_eq!(
+        summary["receiver"]["bytes"].as_u64(),
+        Some(sent),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["receiver"]["messages"].as_u64(),
+        Some(writes),
+        "{summary}"
+    );
+    drop(half_open);
+    let stop = sink.stop();
+    assert_eq!(stop.code(), Some(0), "{}", stop.stderr);
+    let healthy: Vec<_> = read_csv(&dir.join("sink-intervals.csv"))
+        .into_iter()
+        .filter(|r| r["kind"] == "total" && num(r, "bytes") == Some(sent))
+        .collect();
+    assert_eq!(healthy.len(), 1, "one connection carried the run");
+    let conn = healthy[0]["conn"].clone();
+    let messages: Vec<u64> = read_csv(&dir.join("sink-messages.csv"))
+        .iter()
+        .filter(|r| r["conn"] == conn)
+        .map(|r| num(r, "seq").unwrap())
+        .collect();
+    assert_eq!(messages.len() as u64, writes);
+    assert!(
+        messages.windows(2).all(|w| w[1] == w[0] + 1),
+        "messages out of order"
+    );
+}
