@@ -17,8 +17,18 @@ fn sink() -> (std::process::Child, String) {
         .spawn()
         .unwrap();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    // The first line, read on a thread so that a sink that never prints fails the test
+    // after 10 s instead of blocking it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut out, &mut line);
+        let _ = tx.send((line, out));
+    });
+    let Ok((line, mut out)) = rx.recv_timeout(std::time::Duration::from_secs(10)) else {
+        let _ = child.kill();
+        panic!("sbm-sink printed no address within 10 s");
+    };
     let addr = line
         .trim()
         .rsplit("listening on ")

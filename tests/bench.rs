@@ -13,22 +13,16 @@ use common::*;
 fn bench_smoke_measures_and_reports_every_part() {
     let _g = serial();
     let out = tempdir("bench");
-    let res = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench"))
-        .args(["--smoke", "--out", out.to_str().unwrap()])
-        .env(
-            "SBM_BIN",
-            std::path::Path::new(env!("CARGO_BIN_EXE_sbm-send"))
-                .parent()
-                .unwrap(),
-        )
-        .output()
-        .expect("run scripts/bench");
-    assert!(
-        res.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&res.stdout),
-        String::from_utf8_lossy(&res.stderr)
+    let mut cmd = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench"));
+    cmd.args(["--smoke", "--out", out.to_str().unwrap()]).env(
+        "SBM_BIN",
+        std::path::Path::new(env!("CARGO_BIN_EXE_sbm-send"))
+            .parent()
+            .unwrap(),
     );
+    // The smoke run takes about a minute; ten mean it hangs.
+    let res = common::output_within(cmd, std::time::Duration::from_secs(600));
+    assert!(res.status.success(), "{}\n{}", res.stdout, res.stderr);
     let json = read_json(&out.join("bench.json"));
     for tool in [
         "sbm (timestamps, CSV)",

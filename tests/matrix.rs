@@ -21,17 +21,9 @@ fn presets() -> PathBuf {
 fn run_matrix(args: &[&str], timeout: Duration) -> Finished {
     let mut all = vec!["run"];
     all.extend_from_slice(args);
-    let out = Command::new(matrix_bin())
-        .args(&all)
-        .env("SBM_MATRICES", presets())
-        .output()
-        .expect("run sbm-matrix");
-    let _ = timeout;
-    Finished {
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut cmd = Command::new(matrix_bin());
+    cmd.args(&all).env("SBM_MATRICES", presets());
+    common::output_within(cmd, timeout)
 }
 
 fn require_root() {
@@ -42,8 +34,8 @@ fn require_root() {
 }
 
 fn namespaces_with(prefix: &str) -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
+    let out = common::run_program("ip", &["netns", "list"], Duration::from_secs(30));
+    out.stdout
         .lines()
         .filter(|l| l.starts_with(&format!("{prefix}-")))
         .map(str::to_string)
@@ -237,24 +229,18 @@ fn bad_matrices_fail_with_one_line() {
 fn committed_paper_table_rebuilds_identically() {
     let committed = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results/paper"));
     let dir = tempdir("paper-rebuild");
-    let status = Command::new("cp")
-        .arg("-r")
-        .arg(&committed)
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let cp = common::run_program(
+        "cp",
+        &["-r", committed.to_str().unwrap(), dir.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    assert!(cp.status.success(), "{}", cp.stderr);
     let copy = dir.join("paper");
     std::fs::remove_file(copy.join("table.md")).unwrap();
-    let out = Command::new(matrix_bin())
-        .args(["report", copy.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut cmd = Command::new(matrix_bin());
+    cmd.args(["report", copy.to_str().unwrap()]);
+    let out = common::output_within(cmd, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", out.stderr);
     assert_eq!(
         std::fs::read_to_string(copy.join("table.md")).unwrap(),
         std::fs::read_to_string(committed.join("table.md")).unwrap(),

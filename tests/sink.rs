@@ -68,7 +68,7 @@ fn nonblocking_connect(addr: &str) -> socket2::Socket {
 fn out_of_descriptors_the_sink_waits_quietly_and_recovers() {
     let _g = serial();
     allow_fds(4096);
-    let mut sink = sink_with_fd_limit(64, "");
+    let sink = sink_with_fd_limit(64, "");
     let pid = sink.proc.pid().as_raw();
     // 1 000 connection attempts against a limit of 64 descriptors.
     let clients: Vec<socket2::Socket> =

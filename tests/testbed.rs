@@ -47,8 +47,7 @@ impl Bed {
 
 /// Nothing with this prefix: no namespace, no state, no delay line.
 fn assert_nothing_left(prefix: &str) {
-    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let list = String::from_utf8_lossy(&netns.stdout);
+    let list = run_program("ip", &["netns", "list"], Duration::from_secs(30)).stdout;
     assert!(
         !list.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
         "namespaces left: {list}"
@@ -226,13 +225,9 @@ fn delay_line_stopped_mid_transfer_releases_everything_it_held() {
     let ipt = |args: &[&str]| {
         let mut a = vec!["netns", "exec", &wan, "iptables"];
         a.extend_from_slice(args);
-        let out = Command::new("ip").args(&a).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let out = run_program("ip", &a, Duration::from_secs(30));
+        assert!(out.status.success(), "{}", out.stderr);
+        out.stdout
     };
     ipt(&["-I", "FORWARD", "1", "-j", "DROP"]);
     let st = bed.status();
@@ -298,10 +293,11 @@ fn a_live_owner_keeps_its_bed_a_dead_one_loses_it_and_down_leaves_nothing() {
     assert_nothing_left(&p);
 
     // Leftover namespaces without a state file (killed during up) are removed too.
-    Command::new("ip")
-        .args(["netns", "add", &format!("{p}-wan")])
-        .status()
-        .unwrap();
+    run_program(
+        "ip",
+        &["netns", "add", &format!("{p}-wan")],
+        Duration::from_secs(30),
+    );
     let res = testbed(&[
         "wan", "up", "--prefix", &p, "--owner", &me, "--rtt", "20ms", "--rate", "off",
     ]);
@@ -333,17 +329,13 @@ fn shape_apply_installs_what_dry_run_prints_and_clear_removes_it() {
     struct Ns(String);
     impl Drop for Ns {
         fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+            run_program("ip", &["netns", "del", &self.0], Duration::from_secs(30));
         }
     }
     let _guard = Ns(ns.clone());
     let ip = |args: &[&str]| {
-        let out = Command::new("ip").args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = run_program("ip", args, Duration::from_secs(30));
+        assert!(out.status.success(), "ip {args:?}: {}", out.stderr);
     };
     ip(&["netns", "add", &ns]);
     ip(&[
@@ -354,24 +346,17 @@ fn shape_apply_installs_what_dry_run_prints_and_clear_removes_it() {
     let wrapper = concat!(env!("CARGO_MANIFEST_DIR"), "/testbed/shape");
     let bin_dir = testbed_bin().parent().unwrap().to_path_buf();
     let shape = |args: &[&str]| {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns, wrapper])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &ns, wrapper])
             .args(args)
-            .env("SBM_BIN", &bin_dir)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
+            .env("SBM_BIN", &bin_dir);
+        let out = output_within(cmd, Duration::from_secs(60));
+        (out.status.code(), out.stdout + "\n")
     };
     let tc = |args: &[&str]| {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns, "tc"])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let mut a = vec!["netns", "exec", &ns, "tc"];
+        a.extend_from_slice(args);
+        run_program("ip", &a, Duration::from_secs(30)).stdout + "\n"
     };
     for ingress in [false, true] {
         let mut args = vec!["apply", "v0", "--rate", "2mbit", "--queue", "200ms"];

@@ -60,9 +60,16 @@ impl Running {
 
     /// Any program (e.g. `ip netns exec NS sbm-send …`).
     pub fn spawn_program(program: &str, args: &[&str]) -> Running {
-        let name = program;
-        let mut child = Command::new(program)
-            .args(args)
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        Running::spawn_command(cmd)
+    }
+
+    /// A prepared command (environment, directory); stdin is closed.
+    pub fn spawn_command(mut cmd: Command) -> Running {
+        let name = format!("{:?}", cmd.get_program());
+        let mut child = cmd
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -168,6 +175,17 @@ impl Finished {
     pub fn code(&self) -> Option<i32> {
         self.status.code()
     }
+}
+
+/// `Command::output` with a limit: a command that hangs is killed and the test fails
+/// saying so, instead of stalling the whole run.
+pub fn output_within(cmd: Command, timeout: Duration) -> Finished {
+    Running::spawn_command(cmd).wait(timeout)
+}
+
+/// Runs a program with arguments to completion within `timeout`.
+pub fn run_program(program: &str, args: &[&str], timeout: Duration) -> Finished {
+    Running::spawn_program(program, args).wait(timeout)
 }
 
 /// Runs a binary to completion with a timeout.
@@ -304,16 +322,13 @@ pub fn prefix(tag: &str) -> String {
     format!("t{}{tag}", std::process::id() % 100_000)
 }
 
+/// sbm-testbed with a limit (building a bed takes seconds; two minutes means a hang).
 pub fn testbed(args: &[&str]) -> Finished {
-    let out = Command::new(testbed_bin())
-        .args(args)
-        .output()
-        .expect("run sbm-testbed");
-    Finished {
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    run_program(
+        &testbed_bin().to_string_lossy(),
+        args,
+        Duration::from_secs(120),
+    )
 }
 
 /// An emulated path, removed on drop.
