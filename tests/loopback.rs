@@ -284,7 +284,13 @@ fn small_sink_receive_buffer_shows_rwnd_limited_time() {
 }
 
 #[test]
-fn sigint_mid_run_leaves_flushed_files_and_summary() {
+fn sigint_and_sigterm_mid_run_leave_flushed_files_and_summary() {
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        stop_sender_mid_run(sig);
+    }
+}
+
+fn stop_sender_mid_run(sig: Signal) {
     let _g = serial();
     let dir = tempdir("sigint");
     let sink = Sink::start("127.0.0.1:0", &["-q"]);
@@ -303,11 +309,12 @@ fn sigint_mid_run_leaves_flushed_files_and_summary() {
         ],
     );
     send.wait_line("0.20-0.40 s", Duration::from_secs(20));
-    send.signal(Signal::SIGINT);
+    send.signal(sig);
     let res = send.wait(Duration::from_secs(30));
-    assert_eq!(res.code(), Some(130), "128 + SIGINT");
+    assert_eq!(res.code(), Some(128 + sig as i32), "128 + {sig}");
     assert!(
-        res.stdout.contains("INCOMPLETE: interrupted by SIGINT"),
+        res.stdout
+            .contains(&format!("INCOMPLETE: interrupted by {sig}")),
         "{}",
         res.stdout
     );
@@ -321,6 +328,61 @@ fn sigint_mid_run_leaves_flushed_files_and_summary() {
     assert!(!rows.is_empty());
     assert!(read_csv(&out.join("intervals.csv")).len() >= 2);
     sink.stop();
+}
+
+/// SIGTERM to the sink mid-run: it writes each open connection's total and flushes its
+/// files; the sender sees its peer go, ends with status 1 and keeps what it measured.
+#[test]
+fn sigterm_to_the_sink_mid_run_flushes_both_sides() {
+    let _g = serial();
+    let dir = tempdir("sinkterm");
+    let sink_dir = dir.join("sink");
+    let sink = Sink::start(
+        "127.0.0.1:0",
+        &["--out", sink_dir.to_str().unwrap(), "-i", "200ms"],
+    );
+    let out = dir.join("send");
+    let mut send = Running::spawn(
+        "sbm-send",
+        &[
+            "--connect",
+            &sink.addr,
+            "--out",
+            out.to_str().unwrap(),
+            "-t",
+            "60s",
+            "-i",
+            "200ms",
+            "--trip-times",
+        ],
+    );
+    send.wait_line("0.20-0.40 s", Duration::from_secs(20));
+    sink.proc.signal(Signal::SIGTERM);
+    let stopped = sink.proc.wait(Duration::from_secs(30));
+    assert_eq!(stopped.code(), Some(0), "{}", stopped.stderr);
+    assert!(
+        stopped.stdout.contains("cut short by SIGTERM"),
+        "{}",
+        stopped.stdout
+    );
+    let rows = read_csv(&sink_dir.join("sink-intervals.csv"));
+    let total = rows
+        .iter()
+        .find(|r| r["kind"] == "total")
+        .expect("the connection's total row");
+    assert!(num(total, "bytes").unwrap() > 0);
+    assert!(num(total, "messages").unwrap() > 0, "{total:?}");
+    let messages = read_csv(&sink_dir.join("sink-messages.csv"));
+    assert_eq!(messages.len() as u64, num(total, "messages").unwrap());
+    let res = send.wait(Duration::from_secs(60));
+    assert_eq!(res.code(), Some(1), "{}\n{}", res.stdout, res.stderr);
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["complete"], false);
+    let writes = read_csv(&out.join("writes.csv"));
+    assert_eq!(
+        writes.len() as u64,
+        summary["totals"]["writes"].as_u64().unwrap()
+    );
 }
 
 #[test]
@@ -770,6 +832,7 @@ fn trip_times_measure_every_message_and_the_sender_compares() {
 
 #[test]
 fn malformed_trip_streams_end_only_their_connection() {
+    let _g = serial();
     use std::io::Write;
     let _g = serial();
     let mut sink = Sink::start("127.0.0.1:0", &["--expect-trip-times"]);

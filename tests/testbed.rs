@@ -122,6 +122,7 @@ fn share_of_bottleneck(summary: &serde_json::Value, rate_bps: f64) -> f64 {
 fn shaped_path_reaches_the_bottleneck_rate_and_set_changes_it() {
     let _g = serial();
     let bed = Bed::up("c", &["--rate", "2mbit"]);
+    assert_eq!(bed.installed_bottleneck("wan", "wr"), (2_000_000, 50_000));
     let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
     let share = share_of_bottleneck(&s, 2e6);
     assert!(
@@ -136,9 +137,9 @@ fn shaped_path_reaches_the_bottleneck_rate_and_set_changes_it() {
         (0.90..=1.02).contains(&share),
         "100 kb/s after set: {share:.3} of the payload rate"
     );
-    let st = bed.status();
-    assert_eq!(st["rate_bps"], 100_000);
-    assert_eq!(st["queue_bytes"], 4 * 1514);
+    // What the kernel runs, from tc: the new rate, and the queue raised to its floor of
+    // four full-size packets (200 ms at 100 kb/s would be 2 500 B).
+    assert_eq!(bed.installed_bottleneck("wan", "wr"), (100_000, 4 * 1514));
 }
 
 #[test]
@@ -153,6 +154,7 @@ fn ingress_shaping_through_ifb_reaches_the_bottleneck_rate() {
     );
     let st = bed.status();
     assert!(st["shape_dev"].as_str().unwrap().ends_with(":ifb0"));
+    assert_eq!(bed.installed_bottleneck("rcv", "ifb0"), (2_000_000, 50_000));
     let htb = st["qdisc"]
         .as_array()
         .unwrap()
@@ -311,10 +313,11 @@ fn a_live_owner_keeps_its_bed_a_dead_one_loses_it_and_down_leaves_nothing() {
 
 #[test]
 fn user_errors_are_one_clear_line() {
+    let _g = serial();
     let res = testbed(&["wan", "up", "--rate", "2mbyte"]);
     assert_eq!(res.code(), Some(2));
     let res = testbed(&["wan", "up", "--prefix", "Bad/Prefix"]);
-    assert_eq!(res.code(), Some(1));
+    assert_eq!(res.code(), Some(2));
     assert!(res.stderr.contains("invalid prefix"), "{}", res.stderr);
     let res = testbed(&["wan", "set", "--rate", "1mbit", "--prefix", &prefix("z")]);
     assert_eq!(res.code(), Some(1));
@@ -617,4 +620,46 @@ fn sampler_agrees_with_exact_reports_and_costs_no_goodput() {
         }
     }
     panic!("sampling costs goodput at 86 Mb/s: {}", seen.join("; "));
+}
+
+/// Whether this kernel can run netem (tried in a namespace of our own, then removed).
+fn kernel_has_netem() -> bool {
+    let ns = format!("t{}probe", std::process::id() % 100_000);
+    run_program("ip", &["netns", "add", &ns], Duration::from_secs(30));
+    let ok = run_program(
+        "ip",
+        &[
+            "netns", "exec", &ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay",
+            "1ms",
+        ],
+        Duration::from_secs(30),
+    )
+    .status
+    .success();
+    run_program("ip", &["netns", "del", &ns], Duration::from_secs(30));
+    ok
+}
+
+/// What a user gets by default (`--delay-impl auto`): netem on a kernel that has it, the
+/// delay line on one that has not — and either way a path with the requested RTT. This
+/// test runs the default path on whichever kind of kernel it finds; tests/uml.rs runs the
+/// netem path inside a guest kernel that has sch_netem, so both are covered here too.
+#[test]
+fn the_default_delay_implementation_fits_the_kernel_and_keeps_the_rtt() {
+    let _g = serial();
+    let netem = kernel_has_netem();
+    let bed = Bed::up(
+        "g",
+        &["--rtt", "100ms", "--rate", "off", "--delay-impl", "auto"],
+    );
+    let st = bed.status();
+    let want = if netem { "netem" } else { "nfqueue" };
+    assert_eq!(st["delay_impl"], want, "{st}");
+    let qdiscs = bed.tc("wan", &["qdisc", "show"]);
+    assert_eq!(qdiscs.contains("netem"), netem, "{qdiscs}");
+    let got = min_rtt_ms(&bed);
+    assert!(
+        (got - 100.0).abs() <= 2.0,
+        "min_rtt {got} ms for --rtt 100ms with {want}"
+    );
 }

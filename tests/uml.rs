@@ -396,3 +396,117 @@ fn the_2mbit_row_and_the_clause_in_the_guest() {
     let uml = read_json(&cell.join("uml.json"));
     assert_eq!(uml["guest_exit"], 0);
 }
+
+/// Runs inside a guest whose kernel has sch_netem: the test bed with `--delay-impl netem`
+/// (what `auto` picks on users' kernels), checked as tests/testbed.rs checks the delay
+/// line: RTT within 2 %, shaped goodput within 90-102 % of the payload rate, the qdiscs
+/// as tc reports them, and nothing left after `down`.
+fn guest_side_netem_path() {
+    // The guest's root is the host's file system, read-only: the bed's state and
+    // namespaces need a writable /run, the sender's files a writable /tmp.
+    for dir in ["/run", "/tmp"] {
+        let m = run_program(
+            "mount",
+            &["-t", "tmpfs", "none", dir],
+            Duration::from_secs(10),
+        );
+        assert!(m.status.success(), "mount {dir}: {}", m.stderr);
+    }
+    let bed = Bed::up(
+        "gn",
+        &["--rtt", "100ms", "--rate", "2mbit", "--delay-impl", "netem"],
+    );
+    assert_eq!(bed.status()["delay_impl"], "netem");
+    let wan_qdiscs = bed.tc("wan", &["qdisc", "show"]);
+    assert!(
+        wan_qdiscs.matches("netem").count() >= 2,
+        "netem on both directions: {wan_qdiscs}"
+    );
+    assert_eq!(bed.installed_bottleneck("wan", "wr"), (2_000_000, 50_000));
+    let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+    let out = tempdir("gn-send");
+    let send = bin("sbm-send");
+    let ns = bed.ns("snd");
+    let res = run_program(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &ns,
+            send.to_str().unwrap(),
+            "--connect",
+            "198.18.2.1:5301",
+            "-t",
+            "12s",
+            "--warmup",
+            "4s",
+            "--cc",
+            "cubic",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(90),
+    );
+    assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+    sink.stop();
+    let s = read_json(&out.join("summary.json"));
+    let min_rtt_ms = s["min_rtt_us"].as_f64().unwrap() / 1000.0;
+    assert!(
+        (min_rtt_ms - 100.0).abs() <= 2.0,
+        "netem path: min_rtt {min_rtt_ms} ms for --rtt 100ms"
+    );
+    let mss = s["mss"].as_f64().unwrap();
+    let share = s["totals"]["goodput_bps"].as_f64().unwrap() / (2e6 * mss / (mss + 66.0));
+    assert!(
+        (0.90..=1.02).contains(&share),
+        "netem path at 2 Mb/s: {share:.3} of the payload rate"
+    );
+    let prefix = bed.prefix.clone();
+    drop(bed);
+    let left = run_program("ip", &["netns", "list"], Duration::from_secs(10)).stdout;
+    assert!(
+        !left.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
+        "namespaces left: {left}"
+    );
+    println!("guest netem path: rtt {min_rtt_ms:.1} ms, {share:.3} of the bottleneck, torn down");
+}
+
+#[test]
+fn the_test_bed_with_netem_in_a_guest_kernel_that_has_it() {
+    if in_guest() {
+        if std::env::var_os("SBM_UML_GUEST_NETEM").is_some() {
+            guest_side_netem_path();
+        }
+        return;
+    }
+    let _g = serial();
+    require_root();
+    let kernel = kernel();
+    let bed = Bed::up("ugn", &["--rate", "off", "--rtt", "2ms"]);
+    let me = std::env::current_exe().unwrap();
+    let (res, out) = in_guest_on(
+        &bed,
+        &kernel,
+        &["--mem", "768"],
+        &[
+            "env",
+            "SBM_UML_GUEST=1",
+            "SBM_UML_GUEST_NETEM=1",
+            me.to_str().unwrap(),
+            "--exact",
+            "the_test_bed_with_netem_in_a_guest_kernel_that_has_it",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ],
+    );
+    let c = console(&out);
+    assert_eq!(
+        res.code(),
+        Some(0),
+        "guest test failed:\n{c}\n{}",
+        res.stderr
+    );
+    assert!(c.contains("guest netem path:"), "{c}");
+}

@@ -110,6 +110,20 @@ impl Running {
         }
     }
 
+    /// A program in a process group of its own, as a shell starts a foreground job: Ctrl-C
+    /// is then [`Running::interrupt_group`], reaching the program and every child in it.
+    pub fn spawn_group(program: &str, args: &[&str]) -> Running {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(program);
+        cmd.args(args).process_group(0);
+        Running::spawn_command(cmd)
+    }
+
+    /// What a terminal does on Ctrl-C: SIGINT to the whole foreground process group.
+    pub fn interrupt_group(&self) {
+        nix::sys::signal::killpg(self.pid(), Signal::SIGINT).unwrap();
+    }
+
     pub fn pid(&self) -> Pid {
         Pid::from_raw(self.child.as_ref().unwrap().id() as i32)
     }
@@ -239,6 +253,26 @@ impl Sink {
     }
 }
 
+/// Processes whose command line mentions `needle` (e.g. a run's unique output directory).
+pub fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(format!("{pid}: {cmd}"));
+            }
+        }
+    }
+    found
+}
+
 pub type Row = HashMap<String, String>;
 
 pub fn read_csv(path: &Path) -> Vec<Row> {
@@ -342,6 +376,11 @@ impl Bed {
         let prefix = prefix(tag);
         let pid = std::process::id().to_string();
         let mut all = vec!["wan", "up", "--prefix", &prefix, "--owner", &pid];
+        // The delay implementation is pinned: `auto` would test netem on a kernel that has
+        // it and the delay line on one that has not. Tests that mean netem say so.
+        if !args.contains(&"--delay-impl") {
+            all.extend(["--delay-impl", "nfqueue"]);
+        }
         all.extend_from_slice(args);
         let bed = Bed {
             prefix: prefix.clone(),
@@ -373,6 +412,55 @@ impl Bed {
         assert_eq!(res.code(), Some(0), "{}", res.stderr);
         serde_json::from_str(&res.stdout).unwrap()
     }
+}
+
+impl Bed {
+    /// `tc ARGS` in one of the bed's namespaces; its stdout.
+    pub fn tc(&self, which: &str, args: &[&str]) -> String {
+        let ns = self.ns(which);
+        let mut all = vec!["netns", "exec", &ns, "tc"];
+        all.extend_from_slice(args);
+        let out = run_program("ip", &all, Duration::from_secs(30));
+        assert!(out.status.success(), "tc {args:?}: {}", out.stderr);
+        out.stdout
+    }
+
+    /// The bottleneck as the kernel has it: (HTB class rate in bit/s, bfifo limit in
+    /// bytes), read from tc on `dev` in namespace `which` — not from the bed's state file.
+    pub fn installed_bottleneck(&self, which: &str, dev: &str) -> (u64, u64) {
+        let class = self.tc(which, &["class", "show", "dev", dev]);
+        let rate = class
+            .split_whitespace()
+            .skip_while(|w| *w != "rate")
+            .nth(1)
+            .and_then(parse_tc_rate)
+            .unwrap_or_else(|| panic!("no HTB rate in tc's class list: {class}"));
+        let qdisc: serde_json::Value =
+            serde_json::from_str(&self.tc(which, &["-j", "qdisc", "show", "dev", dev])).unwrap();
+        let limit = qdisc
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["kind"] == "bfifo")
+            .and_then(|q| q["options"]["limit"].as_u64())
+            .unwrap_or_else(|| panic!("no bfifo under the HTB: {qdisc}"));
+        (rate, limit)
+    }
+}
+
+/// tc's rate notation: 100Kbit, 2Mbit, 86Mbit, 1Gbit, 800bit.
+pub fn parse_tc_rate(s: &str) -> Option<u64> {
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(digits);
+    let n: u64 = n.parse().ok()?;
+    let mult = match unit {
+        "bit" => 1,
+        "Kbit" => 1_000,
+        "Mbit" => 1_000_000,
+        "Gbit" => 1_000_000_000,
+        _ => return None,
+    };
+    Some(n * mult)
 }
 
 impl Drop for Bed {
