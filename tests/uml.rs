@@ -510,3 +510,70 @@ fn the_test_bed_with_netem_in_a_guest_kernel_that_has_it() {
     );
     assert!(c.contains("guest netem path:"), "{c}");
 }
+
+/// Ctrl-C (SIGINT to the whole foreground group) while a cell's sender runs in a guest:
+/// the guest is in a process group of its own, so the matrix must stop it. The finished
+/// cell is kept, the interrupted one marked, and no guest, namespace or tap is left.
+#[test]
+fn ctrl_c_to_the_process_group_during_a_guest_cell() {
+    if in_guest() {
+        return;
+    }
+    let _g = serial();
+    require_root();
+    kernel();
+    let dir = tempdir("uml-pgint");
+    let matrix = dir.join("tiny-uml.toml");
+    std::fs::write(
+        &matrix,
+        "name = \"tiny-uml\"\nduration = \"6s\"\nwarmup = \"1s\"\npause = \"0s\"\n\
+         drain_timeout = \"2s\"\n[path]\nrtt = \"20ms\"\n[axes]\nrate = [\"2mbit\"]\n\
+         config = [\"a\", \"b\"]\nsender_kernel = [\"uml\"]\n\
+         [configs.a]\nargs = [\"--sndbuf\", \"64KiB\"]\n\
+         [configs.b]\nargs = [\"--replenish-time\", \"15ms\", \"--replenish-impl\", \"kernel\"]\n",
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let prefix = format!("v{}", std::process::id() % 100_000);
+    let mut runner = Running::spawn_group(
+        env!("CARGO_BIN_EXE_sbm-matrix"),
+        &[
+            "run",
+            matrix.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--prefix",
+            &prefix,
+        ],
+    );
+    runner.wait_line("[2/2]", Duration::from_secs(180));
+    // Mid-cell: the guest's sender has written its first interval.
+    let csv = out.join("2mbit-b/intervals.csv");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&csv).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(std::time::Instant::now() < deadline, "cell b never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    runner.interrupt_group();
+    let res = runner.wait(Duration::from_secs(120));
+    assert_eq!(res.code(), Some(130), "{}\n{}", res.stdout, res.stderr);
+    assert_eq!(read_json(&out.join("2mbit-a/cell.json"))["status"], "ok");
+    assert_eq!(
+        read_json(&out.join("2mbit-b/cell.json"))["status"],
+        "interrupted"
+    );
+    let summary = read_json(&out.join("2mbit-b/summary.json"));
+    assert_eq!(summary["complete"], false, "{summary}");
+    let writes = read_csv(&out.join("2mbit-b/writes.csv"));
+    assert_eq!(
+        writes.len() as u64,
+        summary["totals"]["writes"].as_u64().unwrap()
+    );
+    let netns = run_program("ip", &["netns", "list"], Duration::from_secs(10)).stdout;
+    assert!(
+        !netns.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
+        "namespaces left: {netns}"
+    );
+    let left = processes_mentioning(out.to_str().unwrap());
+    assert!(left.is_empty(), "processes left (a guest?): {left:?}");
+}
