@@ -122,7 +122,10 @@ fn share_of_bottleneck(summary: &serde_json::Value, rate_bps: f64) -> f64 {
 fn shaped_path_reaches_the_bottleneck_rate_and_set_changes_it() {
     let _g = serial();
     let bed = Bed::up("c", &["--rate", "2mbit"]);
-    assert_eq!(bed.installed_bottleneck("wan", "wr"), (2_000_000, 50_000));
+    assert_eq!(
+        bed.installed_bottleneck("wan", "wr"),
+        (2_000_000, "bfifo".into(), 50_000)
+    );
     let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
     let share = share_of_bottleneck(&s, 2e6);
     assert!(
@@ -139,7 +142,10 @@ fn shaped_path_reaches_the_bottleneck_rate_and_set_changes_it() {
     );
     // What the kernel runs, from tc: the new rate, and the queue raised to its floor of
     // four full-size packets (200 ms at 100 kb/s would be 2 500 B).
-    assert_eq!(bed.installed_bottleneck("wan", "wr"), (100_000, 4 * 1514));
+    assert_eq!(
+        bed.installed_bottleneck("wan", "wr"),
+        (100_000, "bfifo".into(), 4 * 1514)
+    );
 }
 
 #[test]
@@ -154,7 +160,10 @@ fn ingress_shaping_through_ifb_reaches_the_bottleneck_rate() {
     );
     let st = bed.status();
     assert!(st["shape_dev"].as_str().unwrap().ends_with(":ifb0"));
-    assert_eq!(bed.installed_bottleneck("rcv", "ifb0"), (2_000_000, 50_000));
+    assert_eq!(
+        bed.installed_bottleneck("rcv", "ifb0"),
+        (2_000_000, "bfifo".into(), 50_000)
+    );
     let htb = st["qdisc"]
         .as_array()
         .unwrap()

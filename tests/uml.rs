@@ -403,8 +403,9 @@ fn the_2mbit_row_and_the_clause_in_the_guest() {
 /// as tc reports them, and nothing left after `down`.
 fn guest_side_netem_path() {
     // The guest's root is the host's file system, read-only: the bed's state and
-    // namespaces need a writable /run, the sender's files a writable /tmp.
-    for dir in ["/run", "/tmp"] {
+    // namespaces need a writable /run, the sender's files a scratch directory (not /tmp,
+    // which holds the guest's output directory, mounted from the host).
+    for dir in ["/run", "/mnt"] {
         let m = run_program(
             "mount",
             &["-t", "tmpfs", "none", dir],
@@ -412,6 +413,7 @@ fn guest_side_netem_path() {
         );
         assert!(m.status.success(), "mount {dir}: {}", m.stderr);
     }
+    std::env::set_var("TMPDIR", "/mnt");
     let bed = Bed::up(
         "gn",
         &["--rtt", "100ms", "--rate", "2mbit", "--delay-impl", "netem"],
@@ -422,7 +424,12 @@ fn guest_side_netem_path() {
         wan_qdiscs.matches("netem").count() >= 2,
         "netem on both directions: {wan_qdiscs}"
     );
-    assert_eq!(bed.installed_bottleneck("wan", "wr"), (2_000_000, 50_000));
+    // netem is the HTB class's leaf there, its limit the queue in packets (200 ms at
+    // 2 Mb/s: 50 000 B, 33 full-size packets).
+    assert_eq!(
+        bed.installed_bottleneck("wan", "wr"),
+        (2_000_000, "netem".into(), 33)
+    );
     let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
     let out = tempdir("gn-send");
     let send = bin("sbm-send");

@@ -425,9 +425,10 @@ impl Bed {
         out.stdout
     }
 
-    /// The bottleneck as the kernel has it: (HTB class rate in bit/s, bfifo limit in
-    /// bytes), read from tc on `dev` in namespace `which` — not from the bed's state file.
-    pub fn installed_bottleneck(&self, which: &str, dev: &str) -> (u64, u64) {
+    /// The bottleneck as the kernel has it: (HTB class rate in bit/s, the class's leaf
+    /// qdisc, its limit — bytes for bfifo, packets for netem, which is the leaf on a netem
+    /// path), read from tc on `dev` in namespace `which` — not from the bed's state file.
+    pub fn installed_bottleneck(&self, which: &str, dev: &str) -> (u64, String, u64) {
         let class = self.tc(which, &["class", "show", "dev", dev]);
         let rate = class
             .split_whitespace()
@@ -437,14 +438,16 @@ impl Bed {
             .unwrap_or_else(|| panic!("no HTB rate in tc's class list: {class}"));
         let qdisc: serde_json::Value =
             serde_json::from_str(&self.tc(which, &["-j", "qdisc", "show", "dev", dev])).unwrap();
-        let limit = qdisc
+        let leaf = qdisc
             .as_array()
             .unwrap()
             .iter()
-            .find(|q| q["kind"] == "bfifo")
-            .and_then(|q| q["options"]["limit"].as_u64())
-            .unwrap_or_else(|| panic!("no bfifo under the HTB: {qdisc}"));
-        (rate, limit)
+            .find(|q| q["parent"] == "1:1")
+            .unwrap_or_else(|| panic!("no leaf under the HTB class: {qdisc}"));
+        let limit = leaf["options"]["limit"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no limit on the leaf: {leaf}"));
+        (rate, leaf["kind"].as_str().unwrap().to_string(), limit)
     }
 }
 
