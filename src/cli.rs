@@ -4,6 +4,52 @@
 
 use std::ffi::OsString;
 
+/// Why a binary ends unsuccessfully: its exit status and the one line that says why.
+#[derive(Debug)]
+pub struct Failure {
+    pub status: i32,
+    pub message: String,
+}
+
+impl Failure {
+    /// Bad input: status 2.
+    pub fn usage(message: impl std::fmt::Display) -> Failure {
+        Failure {
+            status: 2,
+            message: message.to_string(),
+        }
+    }
+
+    /// The environment failed (a resolver, the kernel, the file system, the peer): status 1.
+    pub fn env(message: impl std::fmt::Display) -> Failure {
+        Failure {
+            status: 1,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// The whole of a binary's `main`: parse `args` as `T`, run, and print a failure as one
+/// line on stderr prefixed with the program's name; returns the exit status.
+pub fn main_with<T, I, A>(args: I, run: impl FnOnce(T) -> Result<i32, Failure>) -> i32
+where
+    T: clap::Parser,
+    I: IntoIterator<Item = A>,
+    A: Into<OsString> + Clone,
+{
+    let parsed: T = match parse(args) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    match run(parsed) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("{}: {}", T::command().get_name(), f.message);
+            f.status
+        }
+    }
+}
+
 /// Parses `args`, or returns the exit status after printing clap's message.
 pub fn parse<T, I, A>(args: I) -> Result<T, i32>
 where

@@ -7,7 +7,9 @@
 //!   attributes them to writes.
 //! - [`stats`]: latency histograms.
 //! - [`sockopt`]: typed socket options, applied and read back.
-//! - [`policy`]: write-readiness rules (the emulated TCP_REPLENISH_TIME) as pure decisions.
+//! - [`replenish`]: TCP_REPLENISH_TIME in one place — the rule as pure decisions, the gate
+//!   that decides when sbm-send writes (kernel EPOLLOUT, or the emulation's state machine),
+//!   and the patched kernel's option and its own view of the rule.
 //! - [`report`]: output schemas and writers (CSV, JSON, human text).
 //! - [`wire`]: the optional per-message header (trip times) and its parser.
 //! - [`send`], [`sink`]: the two instruments' event loops and CLIs.
@@ -21,7 +23,7 @@ pub mod addr;
 pub mod cli;
 pub mod delay;
 pub mod matrix;
-pub mod policy;
+pub mod replenish;
 pub mod report;
 pub mod send;
 pub mod signals;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use sbm::send::gate::KernelReplenishInfo;
+use sbm::replenish::KernelReplenishInfo;
 use socket2::{Domain, Socket, Type};
 
 const OPTNAME_PATH: &str = "/proc/sys/net/ipv4/tcp_replenish_time_optname";

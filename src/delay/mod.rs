@@ -228,15 +228,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let args: DelayArgs = match crate::cli::parse(args) {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
-    match run(&args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("sbm-delay: {e}");
-            1
-        }
-    }
+    crate::cli::main_with(args, |a: DelayArgs| {
+        run(&a).map(|()| 0).map_err(crate::cli::Failure::env)
+    })
 }

@@ -132,15 +132,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli: Cli = match crate::cli::parse(args) {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
-    match main_inner(cli) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("sbm-matrix: {e}");
-            1
-        }
-    }
+    crate::cli::main_with(args, |cli: Cli| {
+        main_inner(cli).map_err(crate::cli::Failure::env)
+    })
 }

@@ -187,16 +187,16 @@ pub fn send_summary_text(s: &SendSummary) -> String {
 }
 
 /// The readiness rule in one line.
-pub fn policy_line(p: &crate::send::gate::PolicyReport) -> String {
+pub fn policy_line(p: &crate::replenish::PolicyReport) -> String {
     match p.kind {
         "replenish" => format!(
             "policy: TCP_REPLENISH_TIME {} us, {} impl{}{}",
             p.replenish_time_us.unwrap_or(0),
             p.implementation.map_or("?", |i| match i {
-                crate::send::gate::ReplenishImpl::Kernel => "kernel",
-                crate::send::gate::ReplenishImpl::Emulated => "emulated (NOTSENT_LOWAT wakeups)",
-                crate::send::gate::ReplenishImpl::EmulatedTimer => "emulated (timer wakeups)",
-                crate::send::gate::ReplenishImpl::Auto => "auto",
+                crate::replenish::ReplenishImpl::Kernel => "kernel",
+                crate::replenish::ReplenishImpl::Emulated => "emulated (NOTSENT_LOWAT wakeups)",
+                crate::replenish::ReplenishImpl::EmulatedTimer => "emulated (timer wakeups)",
+                crate::replenish::ReplenishImpl::Auto => "auto",
             }),
             p.optname
                 .map_or(String::new(), |n| format!(" (option {n})")),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::send::gate::PolicyReport;
+use crate::replenish::PolicyReport;
 use crate::sockopt::{OptionReport, TimestampingMode};
 use crate::stats::Percentiles;
 use crate::tstamp::sampler::Departure;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use super::config::{EpollMode, Limits, SendConfig};
-use super::gate::{self, ReplenishConfig, ReplenishImpl};
-use crate::policy::RateEstimator;
+use crate::replenish::RateEstimator;
+use crate::replenish::{self, ReplenishConfig, ReplenishImpl};
 use crate::sockopt::SenderOptions;
 use crate::units;
 
@@ -295,15 +295,9 @@ impl SendArgs {
                 crate::wire::HEADER_LEN
             ));
         }
-        let emulated = matches!(
-            self.replenish_impl,
-            ReplenishImpl::Emulated | ReplenishImpl::EmulatedTimer
-        );
-        if self.replenish_time.is_some_and(|t| !t.is_zero())
-            && emulated
-            && self.notsent_lowat.is_some()
-        {
-            return Err(gate::GateError::LowatWithEmulation.to_string());
+        if self.replenish_time.is_some_and(|t| !t.is_zero()) {
+            replenish::check_lowat_combination(self.replenish_impl, self.notsent_lowat)
+                .map_err(|e| e.to_string())?;
         }
         if self.burst > 1 && self.replenish_time.is_some_and(|t| !t.is_zero()) {
             return Err(
@@ -316,7 +310,7 @@ impl SendArgs {
             Some(time) => Some(ReplenishConfig {
                 time,
                 implementation: self.replenish_impl,
-                optname: self.replenish_optname.or(gate::optname_from_env()?),
+                optname: self.replenish_optname.or(replenish::optname_from_env()?),
                 sub_mss_clause: self.sub_mss_clause == OnOff::On,
                 estimator: self.rate_estimator,
             }),

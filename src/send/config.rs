@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::gate::ReplenishConfig;
+use crate::replenish::ReplenishConfig;
 use crate::sockopt::SenderOptions;
 
 /// The first limit reached ends the writing phase.

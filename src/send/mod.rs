@@ -2,7 +2,6 @@
 
 pub mod cli;
 pub mod config;
-pub mod gate;
 mod output;
 mod run;
 pub mod trip;
@@ -16,28 +15,16 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let args: cli::SendArgs = match crate::cli::parse(args) {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
-    let cfg = match args.into_config() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("sbm-send: {e}");
-            return e.exit_status();
-        }
-    };
-    match run(&cfg) {
-        Ok(outcome) => {
-            crate::say!(
-                "{}",
-                crate::report::human::send_summary_text(&outcome.summary)
-            );
-            outcome.exit_code
-        }
-        Err(e) => {
-            eprintln!("sbm-send: {e}");
-            1
-        }
-    }
+    crate::cli::main_with(args, |args: cli::SendArgs| {
+        let cfg = args.into_config().map_err(|e| crate::cli::Failure {
+            status: e.exit_status(),
+            message: e.to_string(),
+        })?;
+        let outcome = run(&cfg).map_err(crate::cli::Failure::env)?;
+        crate::say!(
+            "{}",
+            crate::report::human::send_summary_text(&outcome.summary)
+        );
+        Ok(outcome.exit_code)
+    })
 }

@@ -15,10 +15,10 @@ use nix::sys::signal::Signal;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::config::{EpollMode, SendConfig};
-use super::gate::{self, Gate, PolicyReport};
 use super::output::Outputs;
 use super::trip::{self, Framer, MessageRecord};
-use crate::policy::{Decision, Observation};
+use crate::replenish::{self, Action, Gate, PolicyReport};
+use crate::replenish::{Decision, Observation};
 use crate::report::human;
 use crate::report::schema::{
     AttributionCounts, DrainReport, IntervalRow, ReceiverView, ReportCounts, RunConfig,
@@ -54,7 +54,7 @@ pub enum SetupError {
     #[error(transparent)]
     Output(#[from] super::output::OutputError),
     #[error(transparent)]
-    Gate(#[from] gate::GateError),
+    Gate(#[from] replenish::GateError),
     #[error("{what}: {source}")]
     Os {
         what: &'static str,
@@ -193,14 +193,8 @@ struct Sender<'a> {
     warnings: Vec<String>,
     /// Who decides when to write.
     gate: Gate,
-    /// TCP_NOTSENT_LOWAT as the emulation last set it.
-    lowat_now: Option<u32>,
     /// Whether EPOLLOUT is in the socket's interest set.
     out_interest: bool,
-    /// Emulation: waiting for the kernel (EPOLLOUT) before deciding again.
-    awaiting_kernel: bool,
-    /// Emulation with a timer: when to decide again.
-    next_check: Option<Instant>,
     last_decision: Option<Decision>,
     /// SCHED time of the previous final row, for the advance notice of the next one.
     prev_sched_ns: Option<u64>,
@@ -431,17 +425,13 @@ impl<'a> Sender<'a> {
 
     /// Sets TCP_NOTSENT_LOWAT for the emulation (0 = off: sendmsg is never gated).
     fn set_lowat(&mut self, lowat: u32) -> Result<(), EndReason> {
-        if self.lowat_now != Some(lowat) {
-            sys::set_int(
-                self.sock.as_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_NOTSENT_LOWAT,
-                lowat.min(i32::MAX as u32) as i32,
-            )
-            .map_err(|e| EndReason::LocalError(e.to_string()))?;
-            self.lowat_now = Some(lowat);
-        }
-        Ok(())
+        sys::set_int(
+            self.sock.as_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            lowat.min(i32::MAX as u32) as i32,
+        )
+        .map_err(|e| EndReason::LocalError(e.to_string()))
     }
 
     fn set_out_interest(&mut self, want: bool) -> Result<(), EndReason> {
@@ -465,10 +455,8 @@ impl<'a> Sender<'a> {
 
     /// Whether the emulation should decide now (not waiting for the kernel or a timer).
     fn emulation_due(&self) -> bool {
-        matches!(self.gate, Gate::Emulated { .. })
-            && self.phase == Phase::Writing
-            && !self.awaiting_kernel
-            && self.next_check.is_none_or(|t| Instant::now() >= t)
+        self.phase == Phase::Writing
+            && matches!(&self.gate, Gate::Emulated(g) if g.due(Instant::now()))
     }
 
     /// One decision of the emulated TCP_REPLENISH_TIME: write once if writable, else arrange
@@ -478,49 +466,45 @@ impl<'a> Sender<'a> {
             .tcp_info()
             .map_err(|e| EndReason::LocalError(e.to_string()))?;
         let obs = Observation::from_tcp_info(&info);
-        let Gate::Emulated { policy, timer } = &mut self.gate else {
+        let Gate::Emulated(gate) = &mut self.gate else {
             return Ok(false);
         };
-        let timer = *timer;
-        let d = policy.decide(&obs);
-        let wake_lowat = policy.wake_lowat(&d, obs.mss);
-        self.last_decision = Some(d);
-        self.next_check = None;
-        if d.writable {
-            if !timer {
-                // Notification only: lowat must never shorten a write the rule invited.
-                self.set_lowat(0)?;
-            }
-            match self.write_once(d.threshold, d.reason.name())? {
-                WriteOutcome::Whole | WriteOutcome::Short => {
-                    self.set_out_interest(false)?;
-                    Ok(true)
+        let action = gate.step(&obs, Instant::now());
+        self.last_decision = Some(action.decision());
+        match action {
+            Action::Write {
+                decision,
+                set_lowat,
+            } => {
+                if let Some(lowat) = set_lowat {
+                    self.set_lowat(lowat)?;
                 }
-                WriteOutcome::WouldBlock => {
-                    // The send buffer is full: the kernel says when there is room.
-                    self.set_out_interest(true)?;
-                    self.awaiting_kernel = true;
-                    Ok(false)
+                match self.write_once(decision.threshold, decision.reason.name())? {
+                    WriteOutcome::Whole | WriteOutcome::Short => {
+                        self.set_out_interest(false)?;
+                        Ok(true)
+                    }
+                    WriteOutcome::WouldBlock => {
+                        // The send buffer is full: the kernel says when there is room.
+                        self.set_out_interest(true)?;
+                        if let Gate::Emulated(gate) = &mut self.gate {
+                            gate.send_buffer_full();
+                        }
+                        Ok(false)
+                    }
                 }
             }
-        } else if timer {
-            // Re-check when the backlog is predicted to reach half the threshold.
-            let (t, rate) = (d.threshold.unwrap_or(0), d.rate.unwrap_or(0.0));
-            let excess = f64::from(obs.notsent) - (t / 2) as f64;
-            let wait = if rate > 0.0 {
-                excess.max(0.0) / rate
-            } else {
-                0.001
-            };
-            self.next_check = Some(Instant::now() + Duration::from_secs_f64(wait.clamp(1e-4, 1.0)));
-            self.set_out_interest(false)?;
-            Ok(false)
-        } else {
-            // Linux wakes at lowat/2: the kernel brings the next invitation.
-            self.set_lowat(wake_lowat)?;
-            self.set_out_interest(true)?;
-            self.awaiting_kernel = true;
-            Ok(false)
+            Action::CheckAt { .. } => {
+                self.set_out_interest(false)?;
+                Ok(false)
+            }
+            Action::AwaitKernel { set_lowat, .. } => {
+                if let Some(lowat) = set_lowat {
+                    self.set_lowat(lowat)?;
+                }
+                self.set_out_interest(true)?;
+                Ok(false)
+            }
         }
     }
 
@@ -653,7 +637,7 @@ impl<'a> Sender<'a> {
                     replenish_optname: Some(n),
                 } => {
                     // The kernel's own reason and threshold for this invitation.
-                    let info = gate::kernel_replenish_info(self.sock.as_fd(), n)
+                    let info = replenish::kernel_replenish_info(self.sock.as_fd(), n)
                         .map_err(|e| EndReason::LocalError(e.to_string()))?;
                     let d = info.map(|i| i.decision());
                     self.last_decision = d;
@@ -662,7 +646,7 @@ impl<'a> Sender<'a> {
                     self.write_once(threshold, reason)?;
                 }
                 // The emulation decides on its next step; EPOLLOUT only woke it.
-                Gate::Emulated { .. } => self.awaiting_kernel = false,
+                Gate::Emulated(ref mut gate) => gate.kernel_woke(),
             }
         }
         Ok(())
@@ -911,7 +895,7 @@ impl<'a> Sender<'a> {
             if self.warmup_mark.is_none() {
                 next = next.min(self.cfg.warmup.saturating_sub(now));
             }
-            if let Some(t) = self.next_check {
+            if let Some(t) = self.gate.next_check() {
                 next = next.min(t.saturating_duration_since(Instant::now()));
             }
         }
@@ -949,7 +933,7 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
     } else {
         None
     };
-    let (gate, policy, gate_option) = gate::setup(
+    let (gate, policy, gate_option) = replenish::setup(
         sock.as_fd(),
         cfg.replenish.as_ref(),
         cfg.options.nodelay,
@@ -1032,10 +1016,7 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         end: None,
         warnings,
         gate,
-        lowat_now: None,
         out_interest: kernel_gate,
-        awaiting_kernel: false,
-        next_check: None,
         last_decision: None,
         prev_sched_ns: None,
         sampler: DepartureSampler::new(),

@@ -6,23 +6,25 @@ pub mod stream;
 
 pub use run::{run, SinkConfig, SinkError};
 
+use crate::cli::Failure;
+
 /// The whole of `main` for bin/sbm-sink.
 pub fn main_with_args<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let args: cli::SinkArgs = match crate::cli::parse(args) {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
-    let listen = match crate::addr::resolve(&args.listen) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("sbm-sink: {e}");
-            return if e.is_usage() { 2 } else { 1 };
+    crate::cli::main_with(args, run_args)
+}
+
+fn run_args(args: cli::SinkArgs) -> Result<i32, Failure> {
+    let listen = crate::addr::resolve(&args.listen).map_err(|e| {
+        if e.is_usage() {
+            Failure::usage(e)
+        } else {
+            Failure::env(e)
         }
-    };
+    })?;
     let cfg = SinkConfig {
         listen,
         interval: args.interval,
@@ -34,11 +36,5 @@ where
         max_conns: args.max_conns as usize,
         idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
     };
-    match run(&cfg) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("sbm-sink: {e}");
-            1
-        }
-    }
+    run(&cfg).map(|()| 0).map_err(Failure::env)
 }

@@ -445,17 +445,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli: Cli = match crate::cli::parse(args) {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
-    match run(cli) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("sbm-testbed: {e}");
-            1
-        }
-    }
+    crate::cli::main_with(args, |cli: Cli| run(cli).map_err(crate::cli::Failure::env))
 }
 
 #[cfg(test)]

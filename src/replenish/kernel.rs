@@ -1,13 +1,11 @@
-//! Who decides when sbm-send writes: the kernel's EPOLLOUT (the default, TCP_NOTSENT_LOWAT,
-//! and the in-kernel TCP_REPLENISH_TIME of a patched kernel), or sbm's userspace emulation
-//! of TCP_REPLENISH_TIME (crate::policy) woken by NOTSENT_LOWAT or by a timer.
+//! The in-kernel TCP_REPLENISH_TIME of kernel/patches, seen from user space: how its option
+//! number is found (a sysctl the patched kernel sets, a flag, or the environment), setting
+//! it with a read-back, and its own view of the rule (`struct tcp_replenish_info`).
 
 use std::os::fd::BorrowedFd;
-use std::time::Duration;
 
-use serde::Serialize;
-
-use crate::policy::{Decision, RateEstimator, RateSource, Reason, Replenish};
+use super::rule::{Decision, RateSource, Reason};
+use super::GateError;
 use crate::sockopt::OptionReport;
 use crate::sys;
 use crate::sysinfo;
@@ -20,75 +18,6 @@ pub const HIGHEST_MAINLINE_TCP_OPTION: u32 = 46;
 pub const OPTNAME_SYSCTL: &str = "net/ipv4/tcp_replenish_time_optname";
 /// The patched kernel's switch for its sub-MSS clause (1 = on).
 pub const SUBMSS_SYSCTL: &str = "net/ipv4/tcp_replenish_submss";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum ReplenishImpl {
-    /// The kernel when it is known to implement the option, else emulated.
-    Auto,
-    /// setsockopt(IPPROTO_TCP, N, µs) on a patched kernel.
-    Kernel,
-    /// The rule in userspace, woken through NOTSENT_LOWAT.
-    Emulated,
-    /// The rule in userspace, woken by a timer at the predicted drain time (no lowat).
-    EmulatedTimer,
-}
-
-/// `--replenish-time` and its companions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplenishConfig {
-    pub time: Duration,
-    pub implementation: ReplenishImpl,
-    /// From `--replenish-optname` or SBM_REPLENISH_OPTNAME.
-    pub optname: Option<u32>,
-    pub sub_mss_clause: bool,
-    pub estimator: RateEstimator,
-}
-
-/// What decided readiness in this run (summary.json `policy`).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct PolicyReport {
-    /// default | notsent-lowat | replenish
-    pub kind: &'static str,
-    /// kernel | emulated | emulated-timer (replenish only).
-    pub implementation: Option<ReplenishImpl>,
-    pub replenish_time_us: Option<u64>,
-    pub optname: Option<u32>,
-    pub sub_mss_clause: Option<bool>,
-    pub rate_estimator: Option<RateEstimator>,
-    /// Why `auto` chose what it chose.
-    pub note: Option<String>,
-}
-
-pub enum Gate {
-    /// Every EPOLLOUT is an invitation. With the kernel's TCP_REPLENISH_TIME (its option
-    /// number here), each invitation also records the kernel's own view of the rule.
-    Kernel {
-        replenish_optname: Option<u32>,
-    },
-    Emulated {
-        policy: Replenish,
-        timer: bool,
-    },
-}
-
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum GateError {
-    #[error("TCP_REPLENISH_TIME needs an option number: give --replenish-optname N (or SBM_REPLENISH_OPTNAME), run a patched kernel that sets {sysctl}, or use --replenish-impl emulated", sysctl = OPTNAME_SYSCTL.replace('/', "."))]
-    NoOptname,
-    #[error("--replenish-optname {0} is a mainline TCP option number (≤ {HIGHEST_MAINLINE_TCP_OPTION}); a patched kernel's TCP_REPLENISH_TIME has a higher one")]
-    MainlineOptname(u32),
-    #[error("this kernel does not implement TCP_REPLENISH_TIME as option {optname} ({errno}); use a patched kernel with its number, or --replenish-impl emulated")]
-    Unsupported { optname: u32, errno: String },
-    #[error(
-        "TCP_REPLENISH_TIME option {optname} did not read back: set {asked} us, kernel has {got}"
-    )]
-    NoReadback { optname: u32, asked: u64, got: i64 },
-    #[error("--notsent-lowat cannot be combined with an emulated --replenish-time: the emulation drives TCP_NOTSENT_LOWAT itself (the kernel impl enforces both)")]
-    LowatWithEmulation,
-    #[error("{0}")]
-    Sys(String),
-}
 
 /// The option number from the environment, validated.
 pub fn optname_from_env() -> Result<Option<u32>, String> {
@@ -108,7 +37,7 @@ pub fn detect_optname() -> Option<u32> {
 }
 
 /// setsockopt(IPPROTO_TCP, optname, µs) and read it back.
-fn set_kernel_option(
+pub(super) fn set_kernel_option(
     fd: BorrowedFd<'_>,
     optname: u32,
     time_us: u64,
@@ -144,15 +73,9 @@ fn set_kernel_option(
     })
 }
 
-fn kernel_gate(optname: u32) -> Gate {
-    Gate::Kernel {
-        replenish_optname: Some(optname),
-    }
-}
-
 /// Whether the patched kernel's sub-MSS clause applies (its sysctl, and Nagle on); None
 /// when the kernel does not say.
-fn kernel_sub_mss_clause(nodelay: bool) -> Option<bool> {
+pub(super) fn kernel_sub_mss_clause(nodelay: bool) -> Option<bool> {
     sysinfo::sysctl_u64(SUBMSS_SYSCTL).map(|v| v != 0 && !nodelay)
 }
 
@@ -230,98 +153,6 @@ pub fn kernel_replenish_info(
     let mut buf = [0u8; KernelReplenishInfo::SIZE];
     let n = sys::get_bytes(fd, libc::IPPROTO_TCP, optname as i32, &mut buf)?;
     Ok(KernelReplenishInfo::parse(&buf[..n]))
-}
-
-/// Sets the run's readiness rule up on a connected socket.
-pub fn setup(
-    fd: BorrowedFd<'_>,
-    replenish: Option<&ReplenishConfig>,
-    nodelay: bool,
-    notsent_lowat: Option<u32>,
-) -> Result<(Gate, PolicyReport, Option<OptionReport>), GateError> {
-    let Some(r) = replenish.filter(|r| !r.time.is_zero()) else {
-        let kind = if notsent_lowat.is_some() {
-            "notsent-lowat"
-        } else {
-            "default"
-        };
-        let report = PolicyReport {
-            kind,
-            implementation: None,
-            replenish_time_us: None,
-            optname: None,
-            sub_mss_clause: None,
-            rate_estimator: None,
-            note: None,
-        };
-        return Ok((
-            Gate::Kernel {
-                replenish_optname: None,
-            },
-            report,
-            None,
-        ));
-    };
-    let time_us = r.time.as_micros() as u64;
-    let mut report = PolicyReport {
-        kind: "replenish",
-        implementation: None,
-        replenish_time_us: Some(time_us),
-        optname: None,
-        sub_mss_clause: Some(r.sub_mss_clause && !nodelay),
-        rate_estimator: Some(r.estimator),
-        note: None,
-    };
-    let optname = r.optname.or_else(detect_optname);
-    let chosen = match r.implementation {
-        ReplenishImpl::Kernel => {
-            let n = optname.ok_or(GateError::NoOptname)?;
-            let opt = set_kernel_option(fd, n, time_us)?;
-            report.optname = Some(n);
-            report.implementation = Some(ReplenishImpl::Kernel);
-            report.sub_mss_clause = kernel_sub_mss_clause(nodelay);
-            return Ok((kernel_gate(n), report, Some(opt)));
-        }
-        ReplenishImpl::Auto => match optname {
-            Some(n) => match set_kernel_option(fd, n, time_us) {
-                Ok(opt) => {
-                    report.optname = Some(n);
-                    report.implementation = Some(ReplenishImpl::Kernel);
-                    report.sub_mss_clause = kernel_sub_mss_clause(nodelay);
-                    report.note = Some(format!(
-                        "auto: the kernel implements TCP_REPLENISH_TIME as option {n}"
-                    ));
-                    return Ok((kernel_gate(n), report, Some(opt)));
-                }
-                Err(e) => {
-                    report.note = Some(format!(
-                        "auto: {e}; falling back to the userspace emulation"
-                    ));
-                    ReplenishImpl::Emulated
-                }
-            },
-            None => {
-                report.note = Some(
-                    "auto: this kernel does not announce TCP_REPLENISH_TIME; using the userspace emulation".into(),
-                );
-                ReplenishImpl::Emulated
-            }
-        },
-        other => other,
-    };
-    if notsent_lowat.is_some() {
-        return Err(GateError::LowatWithEmulation);
-    }
-    report.implementation = Some(chosen);
-    let policy = Replenish::new(time_us, r.sub_mss_clause, nodelay, r.estimator);
-    Ok((
-        Gate::Emulated {
-            policy,
-            timer: chosen == ReplenishImpl::EmulatedTimer,
-        },
-        report,
-        None,
-    ))
 }
 
 #[cfg(test)]

@@ -1,0 +1,437 @@
+//! Who decides when sbm-send writes: the kernel's EPOLLOUT (the default, TCP_NOTSENT_LOWAT,
+//! and the in-kernel TCP_REPLENISH_TIME of a patched kernel), or the userspace emulation of
+//! TCP_REPLENISH_TIME ([`super::rule`]) woken by NOTSENT_LOWAT or by a timer — chosen once
+//! per run by [`setup`], and for the emulation a small state machine ([`EmulatedGate`]) that
+//! the send loop feeds with observations and whose actions it carries out.
+
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::kernel::{
+    detect_optname, kernel_sub_mss_clause, set_kernel_option, HIGHEST_MAINLINE_TCP_OPTION,
+    OPTNAME_SYSCTL,
+};
+use super::rule::{Decision, Observation, RateEstimator, Replenish};
+use crate::sockopt::OptionReport;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplenishImpl {
+    /// The kernel when it is known to implement the option, else emulated.
+    Auto,
+    /// setsockopt(IPPROTO_TCP, N, µs) on a patched kernel.
+    Kernel,
+    /// The rule in userspace, woken through NOTSENT_LOWAT.
+    Emulated,
+    /// The rule in userspace, woken by a timer at the predicted drain time (no lowat).
+    EmulatedTimer,
+}
+
+/// `--replenish-time` and its companions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplenishConfig {
+    pub time: Duration,
+    pub implementation: ReplenishImpl,
+    /// From `--replenish-optname` or SBM_REPLENISH_OPTNAME.
+    pub optname: Option<u32>,
+    pub sub_mss_clause: bool,
+    pub estimator: RateEstimator,
+}
+
+/// What decided readiness in this run (summary.json `policy`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PolicyReport {
+    /// default | notsent-lowat | replenish
+    pub kind: &'static str,
+    /// kernel | emulated | emulated-timer (replenish only).
+    pub implementation: Option<ReplenishImpl>,
+    pub replenish_time_us: Option<u64>,
+    pub optname: Option<u32>,
+    pub sub_mss_clause: Option<bool>,
+    pub rate_estimator: Option<RateEstimator>,
+    /// Why `auto` chose what it chose.
+    pub note: Option<String>,
+}
+
+pub enum Gate {
+    /// Every EPOLLOUT is an invitation. With the kernel's TCP_REPLENISH_TIME (its option
+    /// number here), each invitation also records the kernel's own view of the rule.
+    Kernel { replenish_optname: Option<u32> },
+    /// The userspace emulation decides; EPOLLOUT only wakes it.
+    Emulated(EmulatedGate),
+}
+
+/// The emulated rule's live state between decisions: what it last set NOTSENT_LOWAT to,
+/// whether it waits for the kernel (EPOLLOUT) or for its own timer.
+#[derive(Debug, Clone)]
+pub struct EmulatedGate {
+    rule: Replenish,
+    /// Woken by a timer at the predicted drain time instead of through NOTSENT_LOWAT.
+    timer: bool,
+    /// TCP_NOTSENT_LOWAT as the gate last asked for it (None: not yet).
+    lowat: Option<u32>,
+    /// Waiting for EPOLLOUT: a NOTSENT_LOWAT wakeup, or room in a full send buffer.
+    awaiting_kernel: bool,
+    /// Timer mode: when to decide again.
+    next_check: Option<Instant>,
+}
+
+/// What the send loop does after one decision of the emulated rule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Action {
+    /// Write once. `set_lowat`: NOTSENT_LOWAT to set first (0 = off, so that a lowat never
+    /// shortens a write the rule invited: notification only); None: unchanged.
+    Write {
+        decision: Decision,
+        set_lowat: Option<u32>,
+    },
+    /// Not writable yet: set NOTSENT_LOWAT (when Some) so that Linux, which wakes at
+    /// lowat/2, brings the next invitation, and wait for EPOLLOUT.
+    AwaitKernel {
+        decision: Decision,
+        set_lowat: Option<u32>,
+    },
+    /// Not writable yet (timer mode): decide again at this instant.
+    CheckAt { decision: Decision, at: Instant },
+}
+
+impl Action {
+    pub fn decision(&self) -> Decision {
+        match *self {
+            Action::Write { decision, .. }
+            | Action::AwaitKernel { decision, .. }
+            | Action::CheckAt { decision, .. } => decision,
+        }
+    }
+}
+
+impl EmulatedGate {
+    pub fn new(rule: Replenish, timer: bool) -> EmulatedGate {
+        EmulatedGate {
+            rule,
+            timer,
+            lowat: None,
+            awaiting_kernel: false,
+            next_check: None,
+        }
+    }
+
+    /// Whether the rule should decide now: not waiting for the kernel or for its timer.
+    pub fn due(&self, now: Instant) -> bool {
+        !self.awaiting_kernel && self.next_check.is_none_or(|t| now >= t)
+    }
+
+    /// Timer mode: the instant of the next decision.
+    pub fn next_check(&self) -> Option<Instant> {
+        self.next_check
+    }
+
+    /// One decision over what tcp_info says, and what to do about it.
+    pub fn step(&mut self, obs: &Observation, now: Instant) -> Action {
+        let decision = self.rule.decide(obs);
+        let wake_lowat = self.rule.wake_lowat(&decision, obs.mss);
+        self.next_check = None;
+        if decision.writable {
+            let set_lowat = if self.timer {
+                None
+            } else {
+                self.lowat_change(0)
+            };
+            Action::Write {
+                decision,
+                set_lowat,
+            }
+        } else if self.timer {
+            // Re-check when the backlog is predicted to reach half the threshold.
+            let (t, rate) = (
+                decision.threshold.unwrap_or(0),
+                decision.rate.unwrap_or(0.0),
+            );
+            let excess = f64::from(obs.notsent) - (t / 2) as f64;
+            let wait = if rate > 0.0 {
+                excess.max(0.0) / rate
+            } else {
+                0.001
+            };
+            let at = now + Duration::from_secs_f64(wait.clamp(1e-4, 1.0));
+            self.next_check = Some(at);
+            Action::CheckAt { decision, at }
+        } else {
+            self.awaiting_kernel = true;
+            Action::AwaitKernel {
+                decision,
+                set_lowat: self.lowat_change(wake_lowat),
+            }
+        }
+    }
+
+    /// The invited write found the send buffer full: the kernel says when there is room.
+    pub fn send_buffer_full(&mut self) {
+        self.awaiting_kernel = true;
+    }
+
+    /// EPOLLOUT came: the rule decides on its next step.
+    pub fn kernel_woke(&mut self) {
+        self.awaiting_kernel = false;
+    }
+
+    fn lowat_change(&mut self, want: u32) -> Option<u32> {
+        (self.lowat != Some(want)).then(|| {
+            self.lowat = Some(want);
+            want
+        })
+    }
+}
+
+impl Gate {
+    /// The emulation's timer, if it runs one.
+    pub fn next_check(&self) -> Option<Instant> {
+        match self {
+            Gate::Emulated(g) => g.next_check(),
+            Gate::Kernel { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GateError {
+    #[error("TCP_REPLENISH_TIME needs an option number: give --replenish-optname N (or SBM_REPLENISH_OPTNAME), run a patched kernel that sets {sysctl}, or use --replenish-impl emulated", sysctl = OPTNAME_SYSCTL.replace('/', "."))]
+    NoOptname,
+    #[error("--replenish-optname {0} is a mainline TCP option number (≤ {HIGHEST_MAINLINE_TCP_OPTION}); a patched kernel's TCP_REPLENISH_TIME has a higher one")]
+    MainlineOptname(u32),
+    #[error("this kernel does not implement TCP_REPLENISH_TIME as option {optname} ({errno}); use a patched kernel with its number, or --replenish-impl emulated")]
+    Unsupported { optname: u32, errno: String },
+    #[error(
+        "TCP_REPLENISH_TIME option {optname} did not read back: set {asked} us, kernel has {got}"
+    )]
+    NoReadback { optname: u32, asked: u64, got: i64 },
+    #[error("--notsent-lowat cannot be combined with an emulated --replenish-time: the emulation drives TCP_NOTSENT_LOWAT itself (the kernel impl enforces both)")]
+    LowatWithEmulation,
+    #[error("{0}")]
+    Sys(String),
+}
+
+fn kernel_gate(optname: u32) -> Gate {
+    Gate::Kernel {
+        replenish_optname: Some(optname),
+    }
+}
+
+/// The emulation drives TCP_NOTSENT_LOWAT itself, so a user's lowat cannot stand beside it
+/// (the kernel implementation enforces both). Checked on the command line for an explicit
+/// emulation and here again when `auto` falls back to one.
+pub fn check_lowat_combination(
+    implementation: ReplenishImpl,
+    notsent_lowat: Option<u32>,
+) -> Result<(), GateError> {
+    let emulated = matches!(
+        implementation,
+        ReplenishImpl::Emulated | ReplenishImpl::EmulatedTimer
+    );
+    if emulated && notsent_lowat.is_some() {
+        return Err(GateError::LowatWithEmulation);
+    }
+    Ok(())
+}
+
+/// Sets the run's readiness rule up on a connected socket.
+pub fn setup(
+    fd: BorrowedFd<'_>,
+    replenish: Option<&ReplenishConfig>,
+    nodelay: bool,
+    notsent_lowat: Option<u32>,
+) -> Result<(Gate, PolicyReport, Option<OptionReport>), GateError> {
+    let Some(r) = replenish.filter(|r| !r.time.is_zero()) else {
+        let kind = if notsent_lowat.is_some() {
+            "notsent-lowat"
+        } else {
+            "default"
+        };
+        let report = PolicyReport {
+            kind,
+            implementation: None,
+            replenish_time_us: None,
+            optname: None,
+            sub_mss_clause: None,
+            rate_estimator: None,
+            note: None,
+        };
+        return Ok((
+            Gate::Kernel {
+                replenish_optname: None,
+            },
+            report,
+            None,
+        ));
+    };
+    let time_us = r.time.as_micros() as u64;
+    let mut report = PolicyReport {
+        kind: "replenish",
+        implementation: None,
+        replenish_time_us: Some(time_us),
+        optname: None,
+        sub_mss_clause: Some(r.sub_mss_clause && !nodelay),
+        rate_estimator: Some(r.estimator),
+        note: None,
+    };
+    let optname = r.optname.or_else(detect_optname);
+    let chosen = match r.implementation {
+        ReplenishImpl::Kernel => {
+            let n = optname.ok_or(GateError::NoOptname)?;
+            let opt = set_kernel_option(fd, n, time_us)?;
+            report.optname = Some(n);
+            report.implementation = Some(ReplenishImpl::Kernel);
+            report.sub_mss_clause = kernel_sub_mss_clause(nodelay);
+            return Ok((kernel_gate(n), report, Some(opt)));
+        }
+        ReplenishImpl::Auto => match optname {
+            Some(n) => match set_kernel_option(fd, n, time_us) {
+                Ok(opt) => {
+                    report.optname = Some(n);
+                    report.implementation = Some(ReplenishImpl::Kernel);
+                    report.sub_mss_clause = kernel_sub_mss_clause(nodelay);
+                    report.note = Some(format!(
+                        "auto: the kernel implements TCP_REPLENISH_TIME as option {n}"
+                    ));
+                    return Ok((kernel_gate(n), report, Some(opt)));
+                }
+                Err(e) => {
+                    report.note = Some(format!(
+                        "auto: {e}; falling back to the userspace emulation"
+                    ));
+                    ReplenishImpl::Emulated
+                }
+            },
+            None => {
+                report.note = Some(
+                    "auto: this kernel does not announce TCP_REPLENISH_TIME; using the userspace emulation".into(),
+                );
+                ReplenishImpl::Emulated
+            }
+        },
+        other => other,
+    };
+    check_lowat_combination(chosen, notsent_lowat)?;
+    report.implementation = Some(chosen);
+    let rule = Replenish::new(time_us, r.sub_mss_clause, nodelay, r.estimator);
+    Ok((
+        Gate::Emulated(EmulatedGate::new(
+            rule,
+            chosen == ReplenishImpl::EmulatedTimer,
+        )),
+        report,
+        None,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obs(notsent: u32, rate: u64) -> Observation {
+        Observation {
+            notsent,
+            mss: 1448,
+            delivery_rate: Some(rate),
+            app_limited: false,
+            cwnd: 10,
+            srtt_us: 172_000,
+            snd_wnd: None,
+        }
+    }
+
+    fn gate(timer: bool) -> EmulatedGate {
+        EmulatedGate::new(
+            Replenish::new(15_000, true, false, RateEstimator::Delivery),
+            timer,
+        )
+    }
+
+    #[test]
+    fn lowat_wakeups_set_the_option_only_when_it_changes() {
+        let now = Instant::now();
+        let mut g = gate(false);
+        // 250 kB/s × 15 ms = 3 750 B threshold; 2 000 B unsent: write, lowat off first.
+        let a = g.step(&obs(2_000, 250_000), now);
+        assert!(
+            matches!(
+                a,
+                Action::Write {
+                    set_lowat: Some(0),
+                    ..
+                }
+            ),
+            "{a:?}"
+        );
+        // Again writable: lowat is already off.
+        let a = g.step(&obs(2_000, 250_000), now);
+        assert!(
+            matches!(
+                a,
+                Action::Write {
+                    set_lowat: None,
+                    ..
+                }
+            ),
+            "{a:?}"
+        );
+        // Above: wait for the kernel with lowat = 2 × threshold (Linux wakes at lowat/2).
+        let a = g.step(&obs(70_000, 250_000), now);
+        assert!(
+            matches!(
+                a,
+                Action::AwaitKernel {
+                    set_lowat: Some(7_500),
+                    ..
+                }
+            ),
+            "{a:?}"
+        );
+        assert!(!g.due(now), "waits for EPOLLOUT");
+        g.kernel_woke();
+        assert!(g.due(now));
+    }
+
+    #[test]
+    fn the_timer_mode_waits_for_the_predicted_half_threshold() {
+        let now = Instant::now();
+        let mut g = gate(true);
+        // 3 750 B threshold, 10 000 B unsent: (10 000 − 1 875) / 250 000 s = 32.5 ms.
+        match g.step(&obs(10_000, 250_000), now) {
+            Action::CheckAt { at, .. } => {
+                let wait = at.duration_since(now).as_secs_f64();
+                assert!((wait - 0.0325).abs() < 1e-6, "{wait}");
+                assert!(!g.due(now));
+                assert!(g.due(at));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            g.step(&obs(1_000, 250_000), now),
+            Action::Write {
+                set_lowat: None,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_user_lowat_cannot_stand_beside_the_emulation() {
+        for i in [ReplenishImpl::Emulated, ReplenishImpl::EmulatedTimer] {
+            assert_eq!(
+                check_lowat_combination(i, Some(1000)),
+                Err(GateError::LowatWithEmulation)
+            );
+        }
+        assert_eq!(
+            check_lowat_combination(ReplenishImpl::Kernel, Some(1000)),
+            Ok(())
+        );
+        assert_eq!(
+            check_lowat_combination(ReplenishImpl::Emulated, None),
+            Ok(())
+        );
+    }
+}
