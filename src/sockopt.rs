@@ -22,9 +22,10 @@ pub const SOF_TIMESTAMPING_OPT_ID_TCP: i32 = 1 << 16;
 pub const DEFAULT_ERRQUEUE_RCVBUF: u32 = 16 << 20;
 
 /// One option as asked for and as the kernel has it now.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct OptionReport {
-    pub name: &'static str,
+    pub name: std::borrow::Cow<'static, str>,
     pub requested: String,
     pub effective: String,
     /// Set when the kernel clamped, changed or refused the request.
@@ -77,7 +78,7 @@ pub fn apply_sender_options(
     }
     let cc_now = sys::get_string(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION)?;
     out.push(OptionReport {
-        name: "congestion",
+        name: "congestion".into(),
         requested: opts.congestion.clone().unwrap_or_else(|| "default".into()),
         warning: opts
             .congestion
@@ -92,7 +93,7 @@ pub fn apply_sender_options(
     }
     let nodelay = sys::get_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY)? != 0;
     out.push(OptionReport {
-        name: "nodelay",
+        name: "nodelay".into(),
         requested: opts.nodelay.to_string(),
         effective: nodelay.to_string(),
         warning: (nodelay != opts.nodelay).then(|| "kernel did not keep TCP_NODELAY".into()),
@@ -122,7 +123,7 @@ pub fn apply_notsent_lowat(
     }
     let now = sys::get_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT)? as u32;
     Ok(OptionReport {
-        name: "notsent_lowat",
+        name: "notsent_lowat".into(),
         requested: lowat.map_or("default".into(), |v| v.to_string()),
         effective: now.to_string(),
         warning: lowat
@@ -179,7 +180,7 @@ fn apply_buffer(
         })
     });
     Ok(OptionReport {
-        name,
+        name: name.into(),
         requested: asked.map_or("default (autotuned)".into(), |v| v.to_string()),
         effective: now.to_string(),
         warning,
@@ -187,7 +188,8 @@ fn apply_buffer(
 }
 
 /// How TX timestamping was enabled.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct TimestampingMode {
     pub flags: i32,
     /// False when the kernel refused OPT_ID_TCP and plain OPT_ID was used (same base

@@ -4,7 +4,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 /// Percentiles of a latency distribution, µs. Absent (None) when nothing was recorded.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Percentiles {
     pub count: u64,
     pub p50_us: Option<u64>,

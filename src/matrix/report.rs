@@ -11,6 +11,8 @@ use serde_json::Value;
 
 use super::spec::{Cell, MatrixSpec};
 use super::svg::{self, Chart, Series, Style};
+use crate::report::schema::SendSummary;
+use crate::stats::Percentiles;
 
 /// cell.json: how a cell's run ended.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -77,8 +79,9 @@ fn u(v: &Value) -> Option<u64> {
 #[derive(Debug, Default)]
 pub struct CellFiles {
     pub status: Option<CellStatus>,
-    /// sbm-send's summary.json
-    pub summary: Option<Value>,
+    /// sbm-send's summary.json, read through the type that writes it (any schema version:
+    /// fields added later read as their defaults).
+    pub summary: Option<SendSummary>,
     /// testbed/uml's uml.json (UML cells)
     pub uml: Option<Value>,
 }
@@ -92,7 +95,7 @@ impl CellFiles {
         };
         CellFiles {
             status: json("cell.json").and_then(|v| serde_json::from_value(v).ok()),
-            summary: json("summary.json"),
+            summary: json("summary.json").and_then(|v| serde_json::from_value(v).ok()),
             uml: json("uml.json"),
         }
     }
@@ -100,19 +103,22 @@ impl CellFiles {
 
 pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
     let status = files.status.as_ref();
-    let s = files.summary.clone().unwrap_or(Value::Null);
+    let s = files.summary.as_ref();
     let quota = files
         .uml
         .as_ref()
         .map_or(Value::Null, |u| u["cpu_quota"].clone());
-    let after = &s["attribution_after_warmup"];
-    let policy =
-        s["policy"]["kind"]
-            .as_str()
-            .map(|k| match s["policy"]["implementation"].as_str() {
-                Some(i) => format!("{k}/{i}"),
-                None => k.to_string(),
-            });
+    let after = s.map(|s| &s.attribution_after_warmup);
+    let policy = s.map(|s| {
+        let kind = &s.policy.kind;
+        match s.policy.implementation {
+            Some(i) => format!("{kind}/{}", i.name()),
+            None => kind.to_string(),
+        }
+    });
+    let p = |f: fn(&SendSummary) -> &Percentiles, q: fn(&Percentiles) -> Option<u64>| {
+        s.and_then(|s| q(f(s)))
+    };
     SummaryRow {
         cell: cell.name.clone(),
         rate: cell.rate.clone(),
@@ -128,25 +134,25 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         status: status.map_or("not run".into(), |st| st.status.clone()),
         error: status.and_then(|st| st.error.clone()),
         policy,
-        goodput_bps: s["totals"]["goodput_bps"].as_f64(),
-        sojourn_p50_us: u(&s["sojourn"]["p50_us"]),
-        sojourn_p95_us: u(&s["sojourn"]["p95_us"]),
-        sojourn_p99_us: u(&s["sojourn"]["p99_us"]),
-        sojourn_exact_p50_us: u(&s["sojourn_exact"]["p50_us"]),
-        sojourn_exact_p95_us: u(&s["sojourn_exact"]["p95_us"]),
-        sampled_p50_us: u(&s["sojourn_sampled"]["p50_us"]),
-        sampled_p95_us: u(&s["sojourn_sampled"]["p95_us"]),
-        sampled_error_p50_us: u(&s["sampled_error"]["p50_us"]),
-        exact: u(&after["exact"]),
-        coalesced: u(&after["coalesced"]),
-        missing: u(&after["missing"]),
-        unsent: u(&after["unsent"]),
-        writes: u(&s["totals"]["writes"]),
-        short_writes: u(&s["totals"]["short_writes"]),
-        retransmits: u(&s["totals"]["retransmits"]),
-        min_rtt_us: u(&s["min_rtt_us"]),
-        advance_p50_us: u(&s["advance_notice"]["p50_us"]),
-        invited_after_dry: u(&s["invited_after_dry"]),
+        goodput_bps: s.map(|s| s.totals.goodput_bps),
+        sojourn_p50_us: p(|s| &s.sojourn, |p| p.p50_us),
+        sojourn_p95_us: p(|s| &s.sojourn, |p| p.p95_us),
+        sojourn_p99_us: p(|s| &s.sojourn, |p| p.p99_us),
+        sojourn_exact_p50_us: p(|s| &s.sojourn_exact, |p| p.p50_us),
+        sojourn_exact_p95_us: p(|s| &s.sojourn_exact, |p| p.p95_us),
+        sampled_p50_us: p(|s| &s.sojourn_sampled, |p| p.p50_us),
+        sampled_p95_us: p(|s| &s.sojourn_sampled, |p| p.p95_us),
+        sampled_error_p50_us: p(|s| &s.sampled_error, |p| p.p50_us),
+        exact: after.map(|a| a.exact),
+        coalesced: after.map(|a| a.coalesced),
+        missing: after.map(|a| a.missing),
+        unsent: after.map(|a| a.unsent),
+        writes: s.map(|s| s.totals.writes),
+        short_writes: s.map(|s| s.totals.short_writes),
+        retransmits: s.map(|s| u64::from(s.totals.retransmits)),
+        min_rtt_us: s.and_then(|s| s.min_rtt_us.map(u64::from)),
+        advance_p50_us: p(|s| &s.advance_notice, |p| p.p50_us),
+        invited_after_dry: s.map(|s| s.invited_after_dry),
         cpu_throttled_share: quota["throttled_share"].as_f64(),
         cpu_throttled_us: u(&quota["stat"]["throttled_us"]),
         cpu_usage_us: u(&quota["stat"]["usage_us"]),

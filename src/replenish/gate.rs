@@ -16,7 +16,7 @@ use super::kernel::{
 use super::rule::{Decision, Observation, RateEstimator, Replenish};
 use crate::sockopt::OptionReport;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReplenishImpl {
     /// The kernel when it is known to implement the option, else emulated.
@@ -27,6 +27,18 @@ pub enum ReplenishImpl {
     Emulated,
     /// The rule in userspace, woken by a timer at the predicted drain time (no lowat).
     EmulatedTimer,
+}
+
+impl ReplenishImpl {
+    /// The name used on the command line and in summary.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplenishImpl::Auto => "auto",
+            ReplenishImpl::Kernel => "kernel",
+            ReplenishImpl::Emulated => "emulated",
+            ReplenishImpl::EmulatedTimer => "emulated-timer",
+        }
+    }
 }
 
 /// `--replenish-time` and its companions.
@@ -41,10 +53,11 @@ pub struct ReplenishConfig {
 }
 
 /// What decided readiness in this run (summary.json `policy`).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct PolicyReport {
     /// default | notsent-lowat | replenish
-    pub kind: &'static str,
+    pub kind: std::borrow::Cow<'static, str>,
     /// kernel | emulated | emulated-timer (replenish only).
     pub implementation: Option<ReplenishImpl>,
     pub replenish_time_us: Option<u64>,
@@ -250,7 +263,7 @@ pub fn setup(
             "default"
         };
         let report = PolicyReport {
-            kind,
+            kind: kind.into(),
             implementation: None,
             replenish_time_us: None,
             optname: None,
@@ -268,7 +281,7 @@ pub fn setup(
     };
     let time_us = r.time.as_micros() as u64;
     let mut report = PolicyReport {
-        kind: "replenish",
+        kind: "replenish".into(),
         implementation: None,
         replenish_time_us: Some(time_us),
         optname: None,

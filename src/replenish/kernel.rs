@@ -66,7 +66,7 @@ pub(super) fn set_kernel_option(
         });
     }
     Ok(OptionReport {
-        name: "replenish_time_us",
+        name: "replenish_time_us".into(),
         requested: time_us.to_string(),
         effective: got.to_string(),
         warning: None,

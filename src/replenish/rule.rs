@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 /// How the drain rate is estimated from tcp_info.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum RateEstimator {
     /// tcpi_delivery_rate; an application-limited sample is used only when it is higher

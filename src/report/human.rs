@@ -188,7 +188,7 @@ pub fn send_summary_text(s: &SendSummary) -> String {
 
 /// The readiness rule in one line.
 pub fn policy_line(p: &crate::replenish::PolicyReport) -> String {
-    match p.kind {
+    match p.kind.as_ref() {
         "replenish" => format!(
             "policy: TCP_REPLENISH_TIME {} us, {} impl{}{}",
             p.replenish_time_us.unwrap_or(0),

@@ -1,9 +1,10 @@
 //! Every row and document sbm writes. Field names are the CSV headers and JSON keys;
 //! README.md documents each of them.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::replenish::PolicyReport;
 use crate::sockopt::{OptionReport, TimestampingMode};
@@ -200,7 +201,8 @@ pub struct SinkIntervalRow {
 }
 
 /// The run's limits and loop settings as resolved from the command line.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct RunConfig {
     pub write_size: u32,
     pub time_limit_s: Option<f64>,
@@ -208,7 +210,7 @@ pub struct RunConfig {
     pub writes_limit: Option<u64>,
     pub interval_s: f64,
     pub warmup_s: f64,
-    pub epoll: &'static str,
+    pub epoll: Cow<'static, str>,
     /// Writes per kernel-readiness invitation at most (`--burst`; 1 = one per invitation).
     pub burst: u32,
     pub timestamps: bool,
@@ -216,7 +218,8 @@ pub struct RunConfig {
 }
 
 /// Totals over the writing phase.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Totals {
     /// From the first write to the end of writing, s.
     pub duration_s: f64,
@@ -232,7 +235,8 @@ pub struct Totals {
 }
 
 /// Rows per attribution state of their SCHED time (after warm-up and in all).
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct AttributionCounts {
     pub exact: u64,
     pub coalesced: u64,
@@ -254,7 +258,8 @@ impl AttributionCounts {
 }
 
 /// CPU time and peak memory of the process.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Resources {
     pub user_s: f64,
     pub sys_s: f64,
@@ -293,7 +298,8 @@ pub fn peak_rss_kib(status: &str) -> Option<u64> {
 }
 
 /// What the sink reported back.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct ReceiverView {
     pub replied: bool,
     /// Why there is no reply (timeout, not an sbm-sink, run failed).
@@ -309,7 +315,8 @@ pub struct ReceiverView {
 }
 
 /// The second departure estimator's settings and work.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct SamplingReport {
     pub interval_us: u64,
     pub samples: u64,
@@ -317,7 +324,8 @@ pub struct SamplingReport {
 }
 
 /// What came off the error queue.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct ReportCounts {
     pub sched: u64,
     pub snd: u64,
@@ -329,7 +337,8 @@ pub struct ReportCounts {
 }
 
 /// The end-of-run wait for outstanding reports.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct DrainReport {
     pub waited_s: f64,
     pub timeout_s: f64,
@@ -339,10 +348,18 @@ pub struct DrainReport {
     pub notsent_at_end: u32,
 }
 
+/// The version of summary.json's layout. Raised when a field changes meaning or goes;
+/// new fields are added with defaults, so older summaries still read.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
+
 /// summary.json of sbm-send.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct SendSummary {
-    pub sbm_version: &'static str,
+    /// [`SUMMARY_SCHEMA_VERSION`] of the sbm that wrote it; 0 (absent) in summaries written
+    /// before the version was recorded. Fields added over time read as their defaults.
+    pub schema_version: u32,
+    pub sbm_version: Cow<'static, str>,
     pub label: Option<String>,
     /// False when the run ended early (peer failure, signal before the limit).
     pub complete: bool,

@@ -1156,7 +1156,8 @@ impl Sender<'_> {
         };
         let cfg = self.cfg;
         let summary = SendSummary {
-            sbm_version: env!("CARGO_PKG_VERSION"),
+            schema_version: crate::report::schema::SUMMARY_SCHEMA_VERSION,
+            sbm_version: env!("CARGO_PKG_VERSION").into(),
             label: cfg.label.clone(),
             complete,
             end_reason,
@@ -1173,7 +1174,7 @@ impl Sender<'_> {
                 writes_limit: cfg.limits.writes,
                 interval_s: cfg.interval.as_secs_f64(),
                 warmup_s: cfg.warmup.as_secs_f64(),
-                epoll: cfg.epoll.name(),
+                epoll: cfg.epoll.name().into(),
                 burst: cfg.burst,
                 timestamps: cfg.timestamps,
                 drain_timeout_s: cfg.drain_timeout.map(|d| d.as_secs_f64()),

@@ -118,9 +118,10 @@ pub struct MessageRow {
 }
 
 /// One estimator's error against the sink: estimate − truth, µs.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+#[serde(default)]
 pub struct EstimatorError {
-    pub name: &'static str,
+    pub name: std::borrow::Cow<'static, str>,
     pub count: u64,
     pub median_error_us: Option<i64>,
     pub p95_error_us: Option<i64>,
@@ -191,7 +192,7 @@ pub fn compare(
             let at =
                 |q: f64| (!e.is_empty()).then(|| e[((e.len() - 1) as f64 * q).round() as usize]);
             EstimatorError {
-                name,
+                name: (*name).into(),
                 count: e.len() as u64,
                 median_error_us: at(0.5),
                 p95_error_us: at(0.95),
@@ -296,8 +297,10 @@ mod tests {
         let reads: HashMap<u64, u64> = [(1, 96 * ms)].into_iter().collect();
         let (rows, stats) = compare(&[rec], &reads);
         assert_eq!(rows[0].truth_us, Some(96_000));
-        let by: HashMap<&str, Option<i64>> =
-            stats.iter().map(|s| (s.name, s.median_error_us)).collect();
+        let by: HashMap<&str, Option<i64>> = stats
+            .iter()
+            .map(|s| (s.name.as_ref(), s.median_error_us))
+            .collect();
         assert_eq!(by["sched-write"], Some(-86_000));
         assert_eq!(by["ack-write"], Some(86_000));
         assert_eq!(by["sojourn+srtt/2"], Some(0));
