@@ -832,7 +832,6 @@ fn trip_times_measure_every_message_and_the_sender_compares() {
 
 #[test]
 fn malformed_trip_streams_end_only_their_connection() {
-    let _g = serial();
     use std::io::Write;
     let _g = serial();
     let mut sink = Sink::start("127.0.0.1:0", &["--expect-trip-times"]);

@@ -320,3 +320,56 @@ fn committed_paper_table_rebuilds_identically() {
         assert_eq!(legend, cells, "one CDF series per configuration at {rate}");
     }
 }
+
+/// Every committed run's table.md is what its stored cells say: each results directory
+/// with a matrix.toml, copied, its compressed CSVs unpacked (results/README.md), rebuilt
+/// with `sbm-matrix report`, gives its table.md byte for byte.
+#[test]
+fn every_committed_table_rebuilds_identically() {
+    let _g = serial();
+    let results = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results"));
+    let scratch = tempdir("tables-rebuild");
+    let mut checked = vec![];
+    for entry in std::fs::read_dir(&results).unwrap().flatten() {
+        let run = entry.path();
+        if !run.join("matrix.toml").is_file() || !run.join("table.md").is_file() {
+            continue;
+        }
+        let name = run.file_name().unwrap().to_string_lossy().into_owned();
+        let cp = common::run_program(
+            "cp",
+            &["-r", run.to_str().unwrap(), scratch.to_str().unwrap()],
+            Duration::from_secs(60),
+        );
+        assert!(cp.status.success(), "{}", cp.stderr);
+        let copy = scratch.join(&name);
+        let unxz = common::run_program(
+            "find",
+            &[
+                copy.to_str().unwrap(),
+                "-name",
+                "*.xz",
+                "-exec",
+                "xz",
+                "-d",
+                "{}",
+                "+",
+            ],
+            Duration::from_secs(120),
+        );
+        assert!(unxz.status.success(), "{}", unxz.stderr);
+        std::fs::remove_file(copy.join("table.md")).unwrap();
+        let mut cmd = Command::new(matrix_bin());
+        cmd.args(["report", copy.to_str().unwrap()]);
+        let out = common::output_within(cmd, Duration::from_secs(120));
+        assert!(out.status.success(), "{name}: {}", out.stderr);
+        assert_eq!(
+            std::fs::read_to_string(copy.join("table.md")).unwrap(),
+            std::fs::read_to_string(run.join("table.md")).unwrap(),
+            "{name}/table.md does not rebuild from its cells"
+        );
+        checked.push(name);
+    }
+    assert!(checked.len() >= 5, "only {checked:?} checked");
+    let _ = std::fs::remove_dir_all(&scratch);
+}
