@@ -14,12 +14,33 @@ use super::svg::{self, Chart, Series, Style};
 use crate::report::schema::SendSummary;
 use crate::stats::Percentiles;
 
+/// How a cell ended (cell.json `status`), or that it has not run (summary.csv only).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Failed,
+    Interrupted,
+    #[serde(rename = "not run")]
+    NotRun,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Interrupted => "interrupted",
+            Status::NotRun => "not run",
+        }
+    }
+}
+
 /// cell.json: how a cell's run ended.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CellStatus {
     pub name: String,
-    /// ok | failed | interrupted
-    pub status: String,
+    pub status: Status,
     pub error: Option<String>,
     pub send_exit: Option<i32>,
     pub sink_exit: Option<i32>,
@@ -42,7 +63,7 @@ pub struct SummaryRow {
     pub sender_kernel: String,
     pub cpu_quota: Option<u32>,
     pub repetition: u32,
-    pub status: String,
+    pub status: Status,
     pub error: Option<String>,
     pub policy: Option<String>,
     pub goodput_bps: Option<f64>,
@@ -131,7 +152,7 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         sender_kernel: cell.sender_kernel.clone(),
         cpu_quota: cell.cpu_quota,
         repetition: cell.repetition,
-        status: status.map_or("not run".into(), |st| st.status.clone()),
+        status: status.map_or(Status::NotRun, |st| st.status),
         error: status.and_then(|st| st.error.clone()),
         policy,
         goodput_bps: s.map(|s| s.totals.goodput_bps),
@@ -229,34 +250,60 @@ fn row_key(spec: &MatrixSpec, row: &SummaryRow) -> String {
     key
 }
 
+/// Which sojourn estimator is a cell's headline figure (table.md, the progress line, the
+/// goodput-against-sojourn plot). The snd_nxt sampler covers every write and states its
+/// error bound: it is the headline where every run of the cell has it, TX_SCHED (exact +
+/// coalesced reports) otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headline {
+    Sampled,
+    Sched,
+}
+
+impl Headline {
+    pub fn of<'a>(rows: impl IntoIterator<Item = &'a SummaryRow>) -> Headline {
+        if rows.into_iter().all(|r| r.sampled_p50_us.is_some()) {
+            Headline::Sampled
+        } else {
+            Headline::Sched
+        }
+    }
+
+    pub fn p50(self, r: &SummaryRow) -> Option<u64> {
+        match self {
+            Headline::Sampled => r.sampled_p50_us,
+            Headline::Sched => r.sojourn_p50_us,
+        }
+    }
+
+    pub fn p95(self, r: &SummaryRow) -> Option<u64> {
+        match self {
+            Headline::Sampled => r.sampled_p95_us,
+            Headline::Sched => r.sojourn_p95_us,
+        }
+    }
+}
+
 /// One table cell from the rows of its repetitions.
 fn table_cell(rows: &[&SummaryRow]) -> String {
-    let ok: Vec<&&SummaryRow> = rows.iter().filter(|r| r.status == "ok").collect();
+    let ok: Vec<&&SummaryRow> = rows.iter().filter(|r| r.status == Status::Ok).collect();
     if ok.is_empty() {
         let r = rows[0];
         return match &r.error {
-            Some(e) => format!("{}: {}", r.status, e.replace('|', "/")),
-            None => r.status.clone(),
+            Some(e) => format!("{}: {}", r.status.name(), e.replace('|', "/")),
+            None => r.status.name().to_string(),
         };
     }
-    // The sampled estimator covers every write and states its error bound: the table's
-    // figure where a run has it, TX_SCHED (exact + coalesced) otherwise.
-    let sampled = ok.iter().all(|r| r.sampled_p50_us.is_some());
-    let pick = |r: &SummaryRow, q50: bool| match (sampled, q50) {
-        (true, true) => r.sampled_p50_us,
-        (true, false) => r.sampled_p95_us,
-        (false, true) => r.sojourn_p50_us,
-        (false, false) => r.sojourn_p95_us,
-    };
+    let headline = Headline::of(ok.iter().map(|r| **r));
     let p50 = median(
         ok.iter()
-            .filter_map(|r| pick(r, true))
+            .filter_map(|r| headline.p50(r))
             .map(|v| v as f64)
             .collect(),
     );
     let p95 = median(
         ok.iter()
-            .filter_map(|r| pick(r, false))
+            .filter_map(|r| headline.p95(r))
             .map(|v| v as f64)
             .collect(),
     );
@@ -275,7 +322,7 @@ fn table_cell(rows: &[&SummaryRow]) -> String {
     if let Some(g) = gp {
         text.push_str(&format!(" @ {}", fmt_rate(g)));
     }
-    if !sampled && p50.is_some() {
+    if headline == Headline::Sched && p50.is_some() {
         text.push_str(" (TX_SCHED)");
     }
     // Say when the figures rest on part of the writes only.
@@ -357,7 +404,7 @@ pub fn estimators_md(rows: &[SummaryRow]) -> String {
     let mut out = String::from(
         "\n## Estimators side by side\n\n| cell | sampled p50 / p95 (± error p50) | TX_SCHED exact+coalesced p50 / p95 | TX_SCHED exact only p50 / p95 | writes with their own report |\n|---|---|---|---|---|\n",
     );
-    for r in rows.iter().filter(|r| r.status == "ok") {
+    for r in rows.iter().filter(|r| r.status == Status::Ok) {
         let all = r.exact.unwrap_or(0)
             + r.coalesced.unwrap_or(0)
             + r.missing.unwrap_or(0)
@@ -606,10 +653,10 @@ fn write_plots(
     for rate in &spec.axes.rate {
         let pts: Vec<(f64, f64, String)> = rows
             .iter()
-            .filter(|r| &r.rate == rate && r.status == "ok")
+            .filter(|r| &r.rate == rate && r.status == Status::Ok)
             .filter_map(|r| {
                 Some((
-                    r.sampled_p50_us.or(r.sojourn_p50_us)? as f64 / 1e3,
+                    Headline::of([r]).p50(r)? as f64 / 1e3,
                     r.goodput_bps? / 1e6,
                     r.config.clone(),
                 ))
@@ -659,7 +706,7 @@ fn quota_charts(run_dir: &Path, cells: &[Cell], rows: &[SummaryRow]) -> Vec<Char
         for cc in &ccs {
             let mut by_quota: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
             for (c, r) in cells.iter().zip(rows) {
-                if r.cc != *cc || r.status != "ok" {
+                if r.cc != *cc || r.status != Status::Ok {
                     continue;
                 }
                 if let (Some(q), Some(v)) = (r.cpu_quota, value(c, r)) {
@@ -724,7 +771,7 @@ mod tests {
             sender_kernel: "host".into(),
             cpu_quota: None,
             repetition: 1,
-            status: "ok".into(),
+            status: Status::Ok,
             error: None,
             policy: None,
             goodput_bps: Some(gp),
@@ -765,7 +812,7 @@ mod tests {
     fn table_has_rows_per_configuration_and_columns_per_rate() {
         let spec = MatrixSpec::parse("[axes]\nrate = [\"2mbit\", \"86mbit\"]\nconfig = [\"a\", \"b\"]\n[configs.a]\n[configs.b]\n").unwrap();
         let mut failed = row("b", "86mbit", 0, 0, 0.0);
-        failed.status = "failed".into();
+        failed.status = Status::Failed;
         failed.error = Some("sbm-send exited 1".into());
         let rows = vec![
             row("a", "2mbit", 22_000_000, 23_400_000, 1.81e6),

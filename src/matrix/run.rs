@@ -15,7 +15,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde::Serialize;
 
-use super::report::{self, CellStatus};
+use super::report::{self, CellStatus, Status};
 use super::spec::{Cell, MatrixSpec};
 use crate::signals::StopSignals;
 use crate::sysinfo;
@@ -323,7 +323,7 @@ fn run_cell(
     let started = now_unix_s();
     let mut st = CellStatus {
         name: cell.name.clone(),
-        status: "failed".into(),
+        status: Status::Failed,
         error: None,
         send_exit: None,
         sink_exit: None,
@@ -453,15 +453,15 @@ fn run_cell(
         serde_json::to_string_pretty(&meta).unwrap_or_default() + "\n",
     );
     st.status = if interrupted {
-        "interrupted".into()
+        Status::Interrupted
     } else if st.send_exit == Some(0) && st.error.is_none() {
-        "ok".into()
+        Status::Ok
     } else {
         st.error.get_or_insert_with(|| {
             last_error_line(&send_log, "sbm-send")
                 .unwrap_or_else(|| format!("sbm-send exited with {:?}", st.send_exit))
         });
-        "failed".into()
+        Status::Failed
     };
     st.ended_unix_s = now_unix_s();
     (st, interrupted)
@@ -523,7 +523,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         .iter()
         .copied()
         .filter(|c| {
-            !opts.resume || read_status(&run_dir.join(&c.name)).is_none_or(|s| s.status != "ok")
+            !opts.resume
+                || read_status(&run_dir.join(&c.name)).is_none_or(|s| s.status != Status::Ok)
         })
         .collect();
     let total: Duration = todo.iter().map(|c| estimate(&spec, c)).sum();
@@ -654,14 +655,16 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
             );
             left = left.saturating_sub(estimate(&spec, cell));
             let row = report::summary_row(cell, &report::CellFiles::read(&dir));
-            // The same estimator as table.md: the sampler where the run has it.
-            let (p50, p95) = match row.sampled_p50_us {
-                Some(_) => (row.sampled_p50_us, row.sampled_p95_us),
-                None => (row.sojourn_p50_us, row.sojourn_p95_us),
-            };
+            // The same estimator as table.md.
+            let headline = report::Headline::of([&row]);
+            let (p50, p95) = (headline.p50(&row), headline.p95(&row));
             let result = match (p50, p95, row.goodput_bps) {
-                _ if st.status != "ok" => {
-                    format!("{}: {}", st.status, st.error.clone().unwrap_or_default())
+                _ if st.status != Status::Ok => {
+                    format!(
+                        "{}: {}",
+                        st.status.name(),
+                        st.error.clone().unwrap_or_default()
+                    )
                 }
                 (Some(a), Some(b), Some(g)) => {
                     format!(
@@ -687,7 +690,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
                 exit = 130;
                 break;
             }
-            if st.status != "ok" {
+            if st.status != Status::Ok {
                 exit = 1;
             }
         }

@@ -97,15 +97,29 @@ fn realtime_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// Per-interval accumulators, reset at each tick.
-#[derive(Default)]
-struct IntervalAcc {
-    start: Duration,
+/// What the write path counts, kept alike for each interval and for the whole run.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
     bytes_written: u64,
     writes: u64,
     short_writes: u64,
     would_block: u64,
     invitations: u64,
+}
+
+impl Tally {
+    fn wrote(&mut self, bytes: u64, short: bool) {
+        self.writes += 1;
+        self.bytes_written += bytes;
+        self.short_writes += u64::from(short);
+    }
+}
+
+/// Per-interval accumulators, reset at each tick.
+#[derive(Default)]
+struct IntervalAcc {
+    start: Duration,
+    tally: Tally,
     sojourn: LatencyHist,
     exact_reports: u64,
     sampled: LatencyHist,
@@ -114,11 +128,7 @@ struct IntervalAcc {
 /// Whole-run accumulators.
 #[derive(Default)]
 struct RunAcc {
-    bytes_written: u64,
-    writes: u64,
-    short_writes: u64,
-    would_block: u64,
-    invitations: u64,
+    tally: Tally,
     sojourn: LatencyHist,
     sojourn_exact: LatencyHist,
     attribution: AttributionCounts,
@@ -259,9 +269,9 @@ impl<'a> Sender<'a> {
         let l = &self.cfg.limits;
         if l.time.is_some_and(|t| now >= t) {
             Some("time limit reached")
-        } else if l.bytes.is_some_and(|b| self.run.bytes_written >= b) {
+        } else if l.bytes.is_some_and(|b| self.run.tally.bytes_written >= b) {
             Some("byte limit reached")
-        } else if l.writes.is_some_and(|w| self.run.writes >= w) {
+        } else if l.writes.is_some_and(|w| self.run.tally.writes >= w) {
             Some("write limit reached")
         } else {
             None
@@ -275,8 +285,7 @@ impl<'a> Sender<'a> {
         threshold: Option<u64>,
         reason: &'static str,
     ) -> Result<WriteOutcome, EndReason> {
-        self.interval.invitations += 1;
-        self.run.invitations += 1;
+        self.count(|t| t.invitations += 1);
         self.write(threshold, reason)
     }
 
@@ -309,7 +318,9 @@ impl<'a> Sender<'a> {
     ) -> Result<WriteOutcome, EndReason> {
         let mut range = 0..self.cfg.write_size as usize;
         if let Some(limit) = self.cfg.limits.bytes.filter(|_| self.framer.is_none()) {
-            range.end = range.end.min((limit - self.run.bytes_written) as usize);
+            range.end = range
+                .end
+                .min((limit - self.run.tally.bytes_written) as usize);
         }
         let fd = self.sock.as_fd();
         let notsent_before =
@@ -326,13 +337,13 @@ impl<'a> Sender<'a> {
         match self.sock.send_with_flags(&self.buf[range], flags) {
             Ok(0) => Ok(WriteOutcome::WouldBlock),
             Ok(n) => {
-                let written_after = self.run.bytes_written + n as u64;
+                let written_after = self.run.tally.bytes_written + n as u64;
                 if let Some(f) = &mut self.framer {
                     f.accepted(n as u32, written_after);
                 }
                 if self.sampling() {
                     self.sampler
-                        .on_write(self.run.writes + 1, written_after, write_ns);
+                        .on_write(self.run.tally.writes + 1, written_after, write_ns);
                 }
                 // The backlog after the write (and, with sampling, a snd_nxt sample); not
                 // read in the lean --no-timestamps mode, which exists to be compared with
@@ -345,17 +356,10 @@ impl<'a> Sender<'a> {
                 if self.first_write.is_none() {
                     self.first_write = Some(self.elapsed());
                 }
-                self.run.writes += 1;
-                self.interval.writes += 1;
-                self.run.bytes_written += n as u64;
-                self.interval.bytes_written += n as u64;
                 let short = n < size;
-                if short {
-                    self.run.short_writes += 1;
-                    self.interval.short_writes += 1;
-                }
+                self.count(|t| t.wrote(n as u64, short));
                 let issued = IssuedWrite {
-                    seq: self.run.writes,
+                    seq: self.run.tally.writes,
                     write_ns,
                     asked: size as u32,
                     accepted: n as u32,
@@ -372,8 +376,7 @@ impl<'a> Sender<'a> {
                 })
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.run.would_block += 1;
-                self.interval.would_block += 1;
+                self.count(|t| t.would_block += 1);
                 Ok(WriteOutcome::WouldBlock)
             }
             Err(e) => Err(EndReason::PeerFailed(format!("write failed: {e}"))),
@@ -408,7 +411,7 @@ impl<'a> Sender<'a> {
             && self.sampler.pending() > 0
             && self.next_sample.is_none_or(|t| Instant::now() >= t)
         {
-            self.sample_now(self.run.bytes_written)?;
+            self.sample_now(self.run.tally.bytes_written)?;
         }
         Ok(())
     }
@@ -418,9 +421,15 @@ impl<'a> Sender<'a> {
             self.ledger.record_write(issued);
             Ok(())
         } else {
-            let w = WriteRecord::place(issued, self.run.bytes_written);
+            let w = WriteRecord::place(issued, self.run.tally.bytes_written);
             self.finish_row(&TimedWrite::untimed(w))
         }
+    }
+
+    /// Counts in the interval's tally and the run's alike.
+    fn count(&mut self, f: impl Fn(&mut Tally)) {
+        f(&mut self.interval.tally);
+        f(&mut self.run.tally);
     }
 
     /// Sets TCP_NOTSENT_LOWAT for the emulation (0 = off: sendmsg is never gated).
@@ -589,7 +598,7 @@ impl<'a> Sender<'a> {
         // A sample after reading the reports and before finishing rows: every byte an ACK
         // report covers had left before the report was read, so the sample sees it gone.
         if n > 0 && self.sampling() && self.sampler.pending() > 0 {
-            self.sample_now(self.run.bytes_written)?;
+            self.sample_now(self.run.tally.bytes_written)?;
         }
         for s in self.sojourns.drain(..) {
             self.interval.sojourn.record(s.sojourn_us);
@@ -668,13 +677,13 @@ impl<'a> Sender<'a> {
             start_s: self.interval.start.as_secs_f64(),
             end_s: end.as_secs_f64(),
             warmup: self.interval.start < self.cfg.warmup,
-            bytes_written: self.interval.bytes_written,
+            bytes_written: self.interval.tally.bytes_written,
             bytes_acked: acked,
             goodput_bps: units::bits_per_second(acked, span),
-            writes: self.interval.writes,
-            short_writes: self.interval.short_writes,
-            would_block: self.interval.would_block,
-            invitations: self.interval.invitations,
+            writes: self.interval.tally.writes,
+            short_writes: self.interval.tally.short_writes,
+            would_block: self.interval.tally.would_block,
+            invitations: self.interval.tally.invitations,
             sched_reports: sojourn.count,
             exact_reports: self.interval.exact_reports,
             sampled_p50_us: self.interval.sampled.quantile(0.5),
@@ -682,7 +691,9 @@ impl<'a> Sender<'a> {
             writes_per_rtt: if span.is_zero() {
                 0.0
             } else {
-                self.interval.writes as f64 * f64::from(info.rtt_us) / 1e6 / span.as_secs_f64()
+                self.interval.tally.writes as f64 * f64::from(info.rtt_us)
+                    / 1e6
+                    / span.as_secs_f64()
             },
             sojourn_p50_us: sojourn.p50_us,
             sojourn_p95_us: sojourn.p95_us,
@@ -1070,7 +1081,7 @@ impl Sender<'_> {
                     .push(format!("final error-queue drain failed: {e:?}"));
             }
         }
-        let written = self.run.bytes_written;
+        let written = self.run.tally.bytes_written;
         let notsent = self.sample_now(written).unwrap_or(0);
         let info = self.tcp_info().ok();
         drain.notsent_at_end = notsent;
@@ -1142,12 +1153,12 @@ impl Sender<'_> {
         let acked_end = self.data_acked(&end_info);
         let totals = Totals {
             duration_s: end_at.saturating_sub(start_at).as_secs_f64(),
-            bytes_written: self.run.bytes_written,
+            bytes_written: self.run.tally.bytes_written,
             bytes_acked: info.as_ref().map_or(acked_end, |i| self.data_acked(i)),
-            writes: self.run.writes,
-            short_writes: self.run.short_writes,
-            would_block: self.run.would_block,
-            invitations: self.run.invitations,
+            writes: self.run.tally.writes,
+            short_writes: self.run.tally.short_writes,
+            would_block: self.run.tally.would_block,
+            invitations: self.run.tally.invitations,
             retransmits: info.as_ref().map_or(0, |i| i.total_retrans),
             goodput_bps: units::bits_per_second(
                 acked_end.saturating_sub(acked_from),
