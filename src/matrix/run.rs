@@ -577,16 +577,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         rtt: crate::units::parse_duration_or_zero(&spec.path.rtt).map_err(|e| e.to_string())?,
         rate_bps: todo.first().and_then(|c| c.rate_bps),
         queue: crate::units::parse_duration(&spec.path.queue).map_err(|e| e.to_string())?,
-        shape_at: if spec.path.shape_at == "ingress" {
-            wan::ShapeAt::Ingress
-        } else {
-            wan::ShapeAt::Wan
-        },
-        delay_impl: match spec.path.delay_impl.as_str() {
-            "netem" => wan::DelayImpl::Netem,
-            "nfqueue" => wan::DelayImpl::Nfqueue,
-            _ => wan::DelayImpl::Auto,
-        },
+        shape_at: spec.path.shape_at().map_err(|e| e.to_string())?,
+        delay_impl: spec.path.delay_impl().map_err(|e| e.to_string())?,
         owner: std::process::id(),
     };
     // The patched kernel for UML cells, built (or found in the cache) before the path

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::sysinfo::parse_sysctl;
+use crate::testbed::wan;
 use crate::units;
 
 /// The emulated path shared by every cell.
@@ -193,6 +194,31 @@ pub struct Cell {
     pub args: Vec<String>,
 }
 
+impl PathSpec {
+    /// Where the bottleneck goes, as the test bed names it.
+    pub fn shape_at(&self) -> Result<wan::ShapeAt, SpecError> {
+        match self.shape_at.as_str() {
+            "wan" => Ok(wan::ShapeAt::Wan),
+            "ingress" => Ok(wan::ShapeAt::Ingress),
+            other => Err(SpecError::Invalid(format!(
+                "path.shape_at '{other}': wan or ingress"
+            ))),
+        }
+    }
+
+    /// How the path's delay is made, as the test bed names it.
+    pub fn delay_impl(&self) -> Result<wan::DelayImpl, SpecError> {
+        match self.delay_impl.as_str() {
+            "auto" => Ok(wan::DelayImpl::Auto),
+            "netem" => Ok(wan::DelayImpl::Netem),
+            "nfqueue" => Ok(wan::DelayImpl::Nfqueue),
+            other => Err(SpecError::Invalid(format!(
+                "path.delay_impl '{other}': auto, netem or nfqueue"
+            ))),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
     #[error("matrix file: {0}")]
@@ -249,18 +275,8 @@ impl MatrixSpec {
         }
         dur("path.rtt", &self.path.rtt)?;
         dur("path.queue", &self.path.queue)?;
-        if !["wan", "ingress"].contains(&self.path.shape_at.as_str()) {
-            return Err(SpecError::Invalid(format!(
-                "path.shape_at '{}': wan or ingress",
-                self.path.shape_at
-            )));
-        }
-        if !["auto", "netem", "nfqueue"].contains(&self.path.delay_impl.as_str()) {
-            return Err(SpecError::Invalid(format!(
-                "path.delay_impl '{}': auto, netem or nfqueue",
-                self.path.delay_impl
-            )));
-        }
+        self.path.shape_at()?;
+        self.path.delay_impl()?;
         for k in &self.axes.sender_kernel {
             if k != "host" && k != "uml" {
                 return Err(SpecError::Invalid(format!(
