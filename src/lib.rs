@@ -17,12 +17,13 @@
 //! - [`delay`]: sbm-delay, the test bed's NFQUEUE delay line.
 //! - [`testbed`]: sbm-testbed, the emulated WAN path and real-host shaping.
 //! - [`matrix`]: sbm-matrix, test matrices on the emulated path and the report's table.
-//! - [`addr`], [`cli`], [`signals`], [`sysinfo`]: small helpers.
+//! - [`addr`], [`cli`], [`ne`], [`signals`], [`sysinfo`]: small helpers.
 
 pub mod addr;
 pub mod cli;
 pub mod delay;
 pub mod matrix;
+pub mod ne;
 pub mod replenish;
 pub mod report;
 pub mod send;

@@ -4,6 +4,8 @@
 //! releases, so each field is read only when the returned length covers it
 //! (offsets from include/uapi/linux/tcp.h; shared/FACTS.md lists the ones checked here).
 
+use crate::ne::{u32_at, u64_at};
+
 /// The fields sbm uses. `None` means the kernel's struct was too short to hold the field.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TcpInfo {
@@ -41,18 +43,6 @@ pub struct TcpInfo {
     pub bytes_retrans: Option<u64>,
     /// The peer's advertised window, bytes.
     pub snd_wnd: Option<u32>,
-}
-
-/// A native-endian u32 at `off` of a kernel struct; None past its end.
-pub(crate) fn u32_at(b: &[u8], off: usize) -> Option<u32> {
-    b.get(off..off + 4)
-        .map(|s| u32::from_ne_bytes(s.try_into().expect("slice of 4")))
-}
-
-/// A native-endian u64 at `off` of a kernel struct; None past its end.
-pub(crate) fn u64_at(b: &[u8], off: usize) -> Option<u64> {
-    b.get(off..off + 8)
-        .map(|s| u64::from_ne_bytes(s.try_into().expect("slice of 8")))
 }
 
 /// The smallest struct sbm accepts: everything up to and including `tcpi_total_retrans`,

@@ -2,6 +2,8 @@
 //! building config and verdict requests and parsing packet messages. Pure byte work, so
 //! it is unit-tested against hand-laid messages.
 
+use crate::ne::{u16_at, u32_at};
+
 /// `NFNL_SUBSYS_QUEUE`.
 const SUBSYS_QUEUE: u16 = 3;
 const MSG_PACKET: u16 = 0;
@@ -131,29 +133,21 @@ pub enum Incoming {
 #[error("malformed netlink message at byte {0}")]
 pub struct Malformed(pub usize);
 
-fn u16_at(b: &[u8], off: usize) -> u16 {
-    u16::from_ne_bytes([b[off], b[off + 1]])
-}
-
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    u32::from_ne_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
 /// Parses every netlink message in one datagram, calling `each` for each.
 pub fn parse(datagram: &[u8], mut each: impl FnMut(Incoming)) -> Result<(), Malformed> {
     let mut off = 0;
     while off + NLMSG_HDRLEN <= datagram.len() {
-        let len = u32_at(datagram, off) as usize;
+        let len = u32_at(datagram, off).ok_or(Malformed(off))? as usize;
         if len < NLMSG_HDRLEN || off + len > datagram.len() {
             return Err(Malformed(off));
         }
         let msg = &datagram[off..off + len];
-        let ty = u16_at(msg, 4);
-        let seq = u32_at(msg, 8);
+        let ty = u16_at(msg, 4).ok_or(Malformed(off))?;
+        let seq = u32_at(msg, 8).ok_or(Malformed(off))?;
         each(match ty {
             NLMSG_ERROR if len >= NLMSG_HDRLEN + 4 => Incoming::Ack {
                 seq,
-                errno: -(u32_at(msg, NLMSG_HDRLEN) as i32),
+                errno: -(u32_at(msg, NLMSG_HDRLEN).ok_or(Malformed(off))? as i32),
             },
             t if t == (SUBSYS_QUEUE << 8) | MSG_PACKET => {
                 parse_packet(msg).ok_or(Malformed(off))?
@@ -174,8 +168,8 @@ fn parse_packet(msg: &[u8]) -> Option<Incoming> {
     let mut gso = false;
     let mut off = NLMSG_HDRLEN + NFGENMSG_LEN;
     while off + 4 <= msg.len() {
-        let alen = u16_at(msg, off) as usize;
-        let aty = u16_at(msg, off + 2) & 0x3fff; // strip NLA_F_NESTED / NET_BYTEORDER
+        let alen = u16_at(msg, off)? as usize;
+        let aty = u16_at(msg, off + 2)? & 0x3fff; // strip NLA_F_NESTED / NET_BYTEORDER
         if alen < 4 || off + alen > msg.len() {
             return None;
         }
@@ -303,21 +297,21 @@ mod tests {
     #[test]
     fn requests_are_laid_out_as_the_kernel_expects() {
         let b = bind_queue(5, 258);
-        assert_eq!(u32_at(&b, 0) as usize, b.len());
-        assert_eq!(u16_at(&b, 4), (3 << 8) | 2);
-        assert_eq!(u16_at(&b, 6), NLM_F_REQUEST | NLM_F_ACK);
-        assert_eq!(u32_at(&b, 8), 5);
+        assert_eq!(u32_at(&b, 0).unwrap() as usize, b.len());
+        assert_eq!(u16_at(&b, 4).unwrap(), (3 << 8) | 2);
+        assert_eq!(u16_at(&b, 6).unwrap(), NLM_F_REQUEST | NLM_F_ACK);
+        assert_eq!(u32_at(&b, 8).unwrap(), 5);
         assert_eq!(&b[18..20], &258u16.to_be_bytes());
         assert_eq!(&b[20..24], &[8, 0, 1, 0]); // nla_len 8, NFQA_CFG_CMD
         assert_eq!(b[24], NFQNL_CFG_CMD_BIND);
 
         let c = configure_queue(6, 0, 65_536);
         assert_eq!(c.len() % 4, 0);
-        assert_eq!(u16_at(&c, 20), 9); // params: 4 + 5 bytes
+        assert_eq!(u16_at(&c, 20).unwrap(), 9); // params: 4 + 5 bytes
         assert_eq!(&c[24..29], &[0, 0, 0, 0, NFQNL_COPY_META]);
 
         let v = verdict(7, 1, 0x01020304, NF_ACCEPT, true);
-        assert_eq!(u16_at(&v, 4), (3 << 8) | 3);
+        assert_eq!(u16_at(&v, 4).unwrap(), (3 << 8) | 3);
         assert_eq!(&v[24..32], &[0, 0, 0, 1, 1, 2, 3, 4]);
     }
 }

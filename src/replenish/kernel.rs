@@ -6,10 +6,10 @@ use std::os::fd::BorrowedFd;
 
 use super::rule::{Decision, RateSource, Reason};
 use super::GateError;
+use crate::ne::{u32_at, u64_at};
 use crate::sockopt::OptionReport;
 use crate::sys;
 use crate::sysinfo;
-use crate::tcpinfo::{u32_at, u64_at};
 
 /// Option numbers up to this one are mainline TCP options (TCP_DELACK_MAX_US = 46): a
 /// stock kernel would "accept" them as something else.

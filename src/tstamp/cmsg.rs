@@ -7,6 +7,7 @@
 //! stamp it is and `ee_data` holds the OPT_ID key). Both must be present for a report.
 
 use super::TxKind;
+use crate::ne;
 
 /// `SO_EE_ORIGIN_TIMESTAMPING` from include/uapi/linux/errqueue.h.
 pub const SO_EE_ORIGIN_TIMESTAMPING: u8 = 4;
@@ -54,43 +55,28 @@ struct Parts {
     ext_err: Option<(u32, u8, u32, u32)>, // errno, origin, info, data
 }
 
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    u32::from_ne_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-fn i64_at(b: &[u8], off: usize) -> i64 {
-    i64::from_ne_bytes(b[off..off + 8].try_into().expect("8 bytes"))
-}
-
-fn usize_at(b: &[u8], off: usize) -> usize {
-    usize::from_ne_bytes(
-        b[off..off + CMSG_ALIGN_TO]
-            .try_into()
-            .expect("size_t bytes"),
-    )
-}
-
 /// Parses the control buffer of one error-queue message (`msg_controllen` bytes).
 pub fn parse_errqueue_control(control: &[u8]) -> ErrqueueMessage {
     let mut parts = Parts::default();
     let mut off = 0;
     while off + CMSG_HDR_LEN <= control.len() {
-        let len = usize_at(control, off);
+        // The loop's bound keeps every header read inside `control`.
+        let len = ne::usize_at(control, off).unwrap_or(0);
         if len < CMSG_HDR_LEN || off + len > control.len() {
             return ErrqueueMessage::Other(format!(
                 "malformed cmsg of length {len} at offset {off}"
             ));
         }
-        let level = u32_at(control, off + CMSG_ALIGN_TO) as i32;
-        let ty = u32_at(control, off + CMSG_ALIGN_TO + 4) as i32;
+        let level = ne::u32_at(control, off + CMSG_ALIGN_TO).unwrap_or(0) as i32;
+        let ty = ne::u32_at(control, off + CMSG_ALIGN_TO + 4).unwrap_or(0) as i32;
         let data = &control[off + cmsg_align(CMSG_HDR_LEN)..off + len];
         match (level, ty) {
             (libc::SOL_SOCKET, libc::SCM_TIMESTAMPING)
             | (libc::SOL_SOCKET, SCM_TIMESTAMPING_NEW)
                 if data.len() >= 3 * TIMESPEC_LEN =>
             {
-                let sec = i64_at(data, 0);
-                let nsec = i64_at(data, 8);
+                let sec = ne::i64_at(data, 0).unwrap_or(0);
+                let nsec = ne::i64_at(data, 8).unwrap_or(0);
                 if sec > 0 || nsec > 0 {
                     parts.realtime_ns = Some(sec as u64 * 1_000_000_000 + nsec as u64);
                 }
@@ -98,7 +84,8 @@ pub fn parse_errqueue_control(control: &[u8]) -> ErrqueueMessage {
             (libc::SOL_IP, libc::IP_RECVERR) | (libc::SOL_IPV6, libc::IPV6_RECVERR)
                 if data.len() >= SOCK_EXTENDED_ERR_LEN =>
             {
-                parts.ext_err = Some((u32_at(data, 0), data[4], u32_at(data, 8), u32_at(data, 12)));
+                let at = |off| ne::u32_at(data, off).unwrap_or(0);
+                parts.ext_err = Some((at(0), data[4], at(8), at(12)));
             }
             _ => {} // OPT_STATS and anything else: not used here
         }
