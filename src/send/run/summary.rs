@@ -1,0 +1,253 @@
+//! The end of a run: the last drain, every pending write attributed, the exchange with the
+//! sink, summary.json and the printed summary; and the banner that opens a run.
+
+use super::*;
+
+/// What the summary says about the run's set-up.
+pub(super) struct RunAbout {
+    pub(super) local: String,
+    pub(super) options: Vec<OptionReport>,
+    pub(super) timestamping: Option<TimestampingMode>,
+    pub(super) mss: u32,
+    pub(super) policy: PolicyReport,
+}
+
+impl Sender<'_> {
+    /// Final drain, attribution of everything pending, summary and exit status.
+    pub(super) fn finish(mut self, mut drain: DrainReport, about: RunAbout) -> SendOutcome {
+        if self.cfg.timestamps {
+            if let Err(e) = self.drain_errqueue() {
+                self.warnings
+                    .push(format!("final error-queue drain failed: {e:?}"));
+            }
+        }
+        let written = self.run.tally.bytes_written;
+        let notsent = self.sample_now(written).unwrap_or(0);
+        let info = self.tcp_info().ok();
+        drain.notsent_at_end = notsent;
+        drain.pending_writes = self.ledger.pending_len() as u64;
+        if self.cfg.timestamps {
+            let written = self.ledger.written();
+            let acked = info.as_ref().map_or(0, |i| self.data_acked(i));
+            let end = RunEnd {
+                sent_offset: written.saturating_sub(u64::from(notsent)),
+                acked_offset: acked,
+            };
+            let mut done = std::mem::take(&mut self.done);
+            self.ledger.finish(end, &mut done);
+            for w in &done {
+                if let Err(e) = self.finish_row(w) {
+                    self.warnings.push(format!("{e:?}"));
+                    break;
+                }
+            }
+        }
+        let (receiver, trip_estimators) = if notsent > 0 {
+            // Bytes still in the socket would keep flowing after sbm-send exits and load the
+            // path (the next run's, in a matrix): reset instead of a graceful close, and
+            // skip the exchange, which could only start after they drained.
+            let _ = self.sock.set_linger(Some(Duration::ZERO));
+            let note = format!(
+                "{} still unsent at the end: connection reset, no exchange with the sink",
+                units::Bytes(u64::from(notsent))
+            );
+            self.warnings.push(note.clone());
+            (
+                ReceiverView {
+                    error: Some(note),
+                    ..Default::default()
+                },
+                vec![],
+            )
+        } else {
+            self.exchange_with_sink()
+        };
+        let counters = self.ledger.counters();
+        self.run.reports.sched = counters.accepted[0];
+        self.run.reports.snd = counters.accepted[1];
+        self.run.reports.ack = counters.accepted[2];
+        self.run.reports.repeated = counters.repeated.iter().sum();
+        self.run.reports.stale = counters.stale;
+
+        let end = self
+            .end
+            .clone()
+            .unwrap_or(EndReason::LocalError("loop ended without a reason".into()));
+        let (complete, end_reason, error, exit_code) = match &end {
+            EndReason::Limit(why) => (true, why.to_string(), None, 0),
+            EndReason::Signal(sig) => (
+                false,
+                format!("interrupted by {sig}"),
+                None,
+                exit_status_for(*sig),
+            ),
+            EndReason::PeerFailed(e) => (false, "peer failed".to_string(), Some(e.clone()), 1),
+            EndReason::LocalError(e) => (false, "local error".to_string(), Some(e.clone()), 1),
+        };
+        let (end_at, end_info) = self
+            .write_end
+            .clone()
+            .unwrap_or_else(|| (self.elapsed(), info.clone().unwrap_or_default()));
+        let start_at = self.first_write.unwrap_or(Duration::ZERO);
+        let (goodput_from, acked_from) = self.warmup_mark.unwrap_or((Duration::ZERO, 0));
+        let acked_end = self.data_acked(&end_info);
+        let totals = Totals {
+            duration_s: end_at.saturating_sub(start_at).as_secs_f64(),
+            bytes_written: self.run.tally.bytes_written,
+            bytes_acked: info.as_ref().map_or(acked_end, |i| self.data_acked(i)),
+            writes: self.run.tally.writes,
+            short_writes: self.run.tally.short_writes,
+            would_block: self.run.tally.would_block,
+            invitations: self.run.tally.invitations,
+            retransmits: info.as_ref().map_or(0, |i| i.total_retrans),
+            goodput_bps: units::bits_per_second(
+                acked_end.saturating_sub(acked_from),
+                end_at.saturating_sub(goodput_from),
+            ),
+        };
+        let cfg = self.cfg;
+        let summary = SendSummary {
+            schema_version: crate::report::schema::SUMMARY_SCHEMA_VERSION,
+            sbm_version: env!("CARGO_PKG_VERSION").into(),
+            label: cfg.label.clone(),
+            complete,
+            end_reason,
+            error,
+            local: about.local,
+            peer: cfg.peer.to_string(),
+            started_unix_ns: self.t0_ns,
+            kernel_release: sysinfo::kernel_release(),
+            sysctls: sysinfo::relevant_sysctls(),
+            config: RunConfig {
+                write_size: cfg.write_size,
+                time_limit_s: cfg.limits.time.map(|d| d.as_secs_f64()),
+                bytes_limit: cfg.limits.bytes,
+                writes_limit: cfg.limits.writes,
+                interval_s: cfg.interval.as_secs_f64(),
+                warmup_s: cfg.warmup.as_secs_f64(),
+                epoll: cfg.epoll.name().into(),
+                burst: cfg.burst,
+                timestamps: cfg.timestamps,
+                drain_timeout_s: cfg.drain_timeout.map(|d| d.as_secs_f64()),
+            },
+            options: about.options,
+            warnings: self.warnings.clone(),
+            timestamping: about.timestamping,
+            policy: about.policy,
+            mss: about.mss,
+            min_rtt_us: info.as_ref().and_then(|i| i.min_rtt_us),
+            totals,
+            sojourn: self.run.sojourn.percentiles(),
+            sojourn_exact: self.run.sojourn_exact.percentiles(),
+            sojourn_sampled: self.run.sampled.percentiles(),
+            sampled_error: self.run.sampled_error.percentiles(),
+            sampling: SamplingReport {
+                interval_us: if self.sampling() {
+                    cfg.sample_interval.as_micros() as u64
+                } else {
+                    0
+                },
+                samples: self.sampler.samples(),
+                eor: cfg.eor,
+            },
+            attribution: self.run.attribution.clone(),
+            attribution_after_warmup: self.run.attribution_after_warmup.clone(),
+            reports: self.run.reports.clone(),
+            advance_notice: self.run.advance.percentiles(),
+            invited_after_dry: self.run.invited_after_dry,
+            receiver,
+            trip_estimators,
+            resources: crate::report::schema::Resources::of_self(),
+            drain,
+        };
+        let mut outcome = SendOutcome { summary, exit_code };
+        if let Err(e) = self.out.finish(&outcome.summary) {
+            eprintln!("sbm-send: {e}");
+            outcome.exit_code = outcome.exit_code.max(1);
+        }
+        outcome
+    }
+
+    /// The control exchange: half-close, read the sink's reply (its view of the run), and
+    /// with --trip-times compare the sender's latency estimates with the sink's truth.
+    fn exchange_with_sink(&mut self) -> (ReceiverView, Vec<trip::EstimatorError>) {
+        let mut view = ReceiverView::default();
+        if !matches!(
+            self.end,
+            Some(EndReason::Limit(_)) | Some(EndReason::Signal(_))
+        ) {
+            view.error = Some("no exchange: the run failed".into());
+            return (view, vec![]);
+        }
+        let reply = match trip::read_reply(&self.sock, self.cfg.reply_timeout) {
+            Ok(v) => v,
+            Err(e) => {
+                self.warnings.push(format!("sink reply: {e}"));
+                view.error = Some(e);
+                return (view, vec![]);
+            }
+        };
+        view.replied = true;
+        view.bytes = reply["bytes"].as_u64();
+        view.goodput_bps = reply["goodput_bps"].as_f64();
+        view.clocks_shared = reply["clocks_shared"].as_bool();
+        view.messages = reply["messages"].as_u64();
+        view.latency_p50_us = reply["latency"]["p50_us"].as_u64();
+        view.latency_p95_us = reply["latency"]["p95_us"].as_u64();
+        view.latency_max_us = reply["latency"]["max_us"].as_u64();
+        let mut stored = reply.clone();
+        let mut estimators = vec![];
+        if self.framer.is_some() {
+            let (rows, stats) = trip::compare(&self.messages, &trip::read_times(&reply));
+            if let Err(e) = self.out.write_messages(&rows) {
+                self.warnings.push(e.to_string());
+            }
+            estimators = stats;
+        }
+        // The per-message read times are in messages.csv; keep the stored summary small.
+        if let Some(o) = stored.as_object_mut() {
+            o.remove("read_times");
+        }
+        if let Err(e) = self.out.write_json("sink-summary.json", &stored) {
+            self.warnings.push(e.to_string());
+        }
+        (view, estimators)
+    }
+}
+
+pub(super) fn print_banner(
+    cfg: &SendConfig,
+    local: &str,
+    options: &[OptionReport],
+    ts: Option<TimestampingMode>,
+    mss: u32,
+) {
+    crate::say!(
+        "sbm-send {}: {} -> {}, kernel {}, mss {}, write {} per invitation, epoll {}",
+        env!("CARGO_PKG_VERSION"),
+        local,
+        cfg.peer,
+        sysinfo::kernel_release(),
+        mss,
+        units::Bytes(u64::from(cfg.write_size)),
+        cfg.epoll.name(),
+    );
+    let opts: Vec<String> = options
+        .iter()
+        .map(|o| {
+            if o.requested.starts_with("default") || o.requested == "false" {
+                format!("{} {}", o.name, o.effective)
+            } else {
+                format!("{} {} (asked {})", o.name, o.effective, o.requested)
+            }
+        })
+        .collect();
+    crate::say!("options: {}", opts.join(", "));
+    match ts {
+        Some(t) => crate::say!(
+            "timestamps: SCHED+SND+ACK per write, keyed by byte offset ({})",
+            if t.opt_id_tcp { "OPT_ID_TCP" } else { "OPT_ID" }
+        ),
+        None => crate::say!("timestamps: off (--no-timestamps): sojourn is not measured"),
+    }
+}

@@ -1,0 +1,213 @@
+//! The write path: one write per invitation (or the kernel's burst), the readiness gate's
+//! actions carried out (NOTSENT_LOWAT, EPOLLOUT interest), and each write handed to the
+//! timing side.
+
+use super::*;
+
+impl Sender<'_> {
+    /// One write invitation: exactly one write of write-size bytes (less if a byte limit
+    /// leaves less to write).
+    pub(super) fn write_once(
+        &mut self,
+        threshold: Option<u64>,
+        reason: &'static str,
+    ) -> Result<WriteOutcome, EndReason> {
+        self.count(|t| t.invitations += 1);
+        self.write(threshold, reason)
+    }
+
+    /// One kernel-readiness invitation (EPOLLOUT under the default rule or NOTSENT_LOWAT):
+    /// its write, then with `--burst N` up to N − 1 more while each is taken whole and no
+    /// limit is reached, as iperf3 writes up to ten times per select(). The extra writes are
+    /// not invitations and are labelled "burst" in writes.csv.
+    pub(super) fn kernel_invited_writes(
+        &mut self,
+        threshold: Option<u64>,
+        reason: &'static str,
+    ) -> Result<(), EndReason> {
+        let mut outcome = self.write_once(threshold, reason)?;
+        for _ in 1..self.cfg.burst {
+            if outcome != WriteOutcome::Whole
+                || self.writing_limit_reached(self.elapsed()).is_some()
+            {
+                break;
+            }
+            outcome = self.write(threshold, "burst")?;
+        }
+        Ok(())
+    }
+
+    /// One write of write-size bytes (less if a byte limit leaves less to write).
+    pub(super) fn write(
+        &mut self,
+        threshold: Option<u64>,
+        reason: &'static str,
+    ) -> Result<WriteOutcome, EndReason> {
+        let mut range = 0..self.cfg.write_size as usize;
+        if let Some(limit) = self.cfg.limits.bytes.filter(|_| self.framer.is_none()) {
+            range.end = range
+                .end
+                .min((limit - self.run.tally.bytes_written) as usize);
+        }
+        let fd = self.sock.as_fd();
+        let notsent_before =
+            sys::outq_notsent(fd).map_err(|e| EndReason::LocalError(e.to_string()))?;
+        let write_ns = realtime_ns();
+        if let Some(f) = &mut self.framer {
+            range = f.next(&mut self.buf, write_ns);
+        }
+        let size = range.len();
+        let mut flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+        if self.cfg.eor {
+            flags |= libc::MSG_EOR;
+        }
+        match self.sock.send_with_flags(&self.buf[range], flags) {
+            Ok(0) => Ok(WriteOutcome::WouldBlock),
+            Ok(n) => {
+                let written_after = self.run.tally.bytes_written + n as u64;
+                if let Some(f) = &mut self.framer {
+                    f.accepted(n as u32, written_after);
+                }
+                if self.sampling() {
+                    self.sampler
+                        .on_write(self.run.tally.writes + 1, written_after, write_ns);
+                }
+                // The backlog after the write (and, with sampling, a snd_nxt sample); not
+                // read in the lean --no-timestamps mode, which exists to be compared with
+                // iperf.
+                let notsent_after = if self.cfg.timestamps {
+                    Some(self.sample_now(written_after)?)
+                } else {
+                    None
+                };
+                if self.first_write.is_none() {
+                    self.first_write = Some(self.elapsed());
+                }
+                let short = n < size;
+                self.count(|t| t.wrote(n as u64, short));
+                let issued = IssuedWrite {
+                    seq: self.run.tally.writes,
+                    write_ns,
+                    asked: size as u32,
+                    accepted: n as u32,
+                    notsent_before,
+                    notsent_after,
+                    threshold,
+                    reason,
+                };
+                self.record(issued)?;
+                Ok(if short {
+                    WriteOutcome::Short
+                } else {
+                    WriteOutcome::Whole
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.count(|t| t.would_block += 1);
+                Ok(WriteOutcome::WouldBlock)
+            }
+            Err(e) => Err(EndReason::PeerFailed(format!("write failed: {e}"))),
+        }
+    }
+
+    pub(super) fn record(&mut self, issued: IssuedWrite) -> Result<(), EndReason> {
+        if self.cfg.timestamps {
+            self.ledger.record_write(issued);
+            Ok(())
+        } else {
+            let w = WriteRecord::place(issued, self.run.tally.bytes_written);
+            self.finish_row(&TimedWrite::untimed(w))
+        }
+    }
+
+    /// Counts in the interval's tally and the run's alike.
+    pub(super) fn count(&mut self, f: impl Fn(&mut Tally)) {
+        f(&mut self.interval.tally);
+        f(&mut self.run.tally);
+    }
+
+    /// Sets TCP_NOTSENT_LOWAT for the emulation (0 = off: sendmsg is never gated).
+    pub(super) fn set_lowat(&mut self, lowat: u32) -> Result<(), EndReason> {
+        sys::set_int(
+            self.sock.as_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            lowat.min(i32::MAX as u32) as i32,
+        )
+        .map_err(|e| EndReason::LocalError(e.to_string()))
+    }
+
+    pub(super) fn set_out_interest(&mut self, want: bool) -> Result<(), EndReason> {
+        if self.out_interest != want {
+            let mut flags = if want {
+                EpollFlags::EPOLLOUT
+            } else {
+                EpollFlags::empty()
+            };
+            if want && self.cfg.epoll == EpollMode::Edge {
+                flags |= EpollFlags::EPOLLET;
+            }
+            let mut ev = EpollEvent::new(flags, SOCK_TOKEN);
+            self.epoll
+                .modify(self.sock.as_fd(), &mut ev)
+                .map_err(|e| EndReason::LocalError(format!("epoll_ctl(MOD): {e}")))?;
+            self.out_interest = want;
+        }
+        Ok(())
+    }
+
+    /// Whether the emulation should decide now (not waiting for the kernel or a timer).
+    pub(super) fn emulation_due(&self) -> bool {
+        self.phase == Phase::Writing
+            && matches!(&self.gate, Gate::Emulated(g) if g.due(Instant::now()))
+    }
+
+    /// One decision of the emulated TCP_REPLENISH_TIME: write once if writable, else arrange
+    /// to be woken when it may be. Returns true when it wrote (decide again soon).
+    pub(super) fn emulation_step(&mut self) -> Result<bool, EndReason> {
+        let info = self
+            .tcp_info()
+            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+        let obs = Observation::from_tcp_info(&info);
+        let Gate::Emulated(gate) = &mut self.gate else {
+            return Ok(false);
+        };
+        let action = gate.step(&obs, Instant::now());
+        self.last_decision = Some(action.decision());
+        match action {
+            Action::Write {
+                decision,
+                set_lowat,
+            } => {
+                if let Some(lowat) = set_lowat {
+                    self.set_lowat(lowat)?;
+                }
+                match self.write_once(decision.threshold, decision.reason.name())? {
+                    WriteOutcome::Whole | WriteOutcome::Short => {
+                        self.set_out_interest(false)?;
+                        Ok(true)
+                    }
+                    WriteOutcome::WouldBlock => {
+                        // The send buffer is full: the kernel says when there is room.
+                        self.set_out_interest(true)?;
+                        if let Gate::Emulated(gate) = &mut self.gate {
+                            gate.send_buffer_full();
+                        }
+                        Ok(false)
+                    }
+                }
+            }
+            Action::CheckAt { .. } => {
+                self.set_out_interest(false)?;
+                Ok(false)
+            }
+            Action::AwaitKernel { set_lowat, .. } => {
+                if let Some(lowat) = set_lowat {
+                    self.set_lowat(lowat)?;
+                }
+                self.set_out_interest(true)?;
+                Ok(false)
+            }
+        }
+    }
+}
