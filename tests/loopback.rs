@@ -283,6 +283,24 @@ fn small_sink_receive_buffer_shows_rwnd_limited_time() {
     sink.stop();
 }
 
+/// sbm-send for up to a minute with 200 ms intervals, once its second interval is out.
+fn long_run_under_way(addr: &str, out: &std::path::Path, extra: &[&str]) -> Running {
+    let mut args = vec![
+        "--connect",
+        addr,
+        "--out",
+        out.to_str().unwrap(),
+        "-t",
+        "60s",
+        "-i",
+        "200ms",
+    ];
+    args.extend_from_slice(extra);
+    let mut send = Running::spawn("sbm-send", &args);
+    send.wait_line("0.20-0.40 s", Duration::from_secs(20));
+    send
+}
+
 #[test]
 fn sigint_and_sigterm_mid_run_leave_flushed_files_and_summary() {
     for sig in [Signal::SIGINT, Signal::SIGTERM] {
@@ -295,20 +313,7 @@ fn stop_sender_mid_run(sig: Signal) {
     let dir = tempdir("sigint");
     let sink = Sink::start("127.0.0.1:0", &["-q"]);
     let out = dir.join("send");
-    let mut send = Running::spawn(
-        "sbm-send",
-        &[
-            "--connect",
-            &sink.addr,
-            "--out",
-            out.to_str().unwrap(),
-            "-t",
-            "60s",
-            "-i",
-            "200ms",
-        ],
-    );
-    send.wait_line("0.20-0.40 s", Duration::from_secs(20));
+    let send = long_run_under_way(&sink.addr, &out, &[]);
     send.signal(sig);
     let res = send.wait(Duration::from_secs(30));
     assert_eq!(res.code(), Some(128 + sig as i32), "128 + {sig}");
@@ -342,21 +347,7 @@ fn sigterm_to_the_sink_mid_run_flushes_both_sides() {
         &["--out", sink_dir.to_str().unwrap(), "-i", "200ms"],
     );
     let out = dir.join("send");
-    let mut send = Running::spawn(
-        "sbm-send",
-        &[
-            "--connect",
-            &sink.addr,
-            "--out",
-            out.to_str().unwrap(),
-            "-t",
-            "60s",
-            "-i",
-            "200ms",
-            "--trip-times",
-        ],
-    );
-    send.wait_line("0.20-0.40 s", Duration::from_secs(20));
+    let send = long_run_under_way(&sink.addr, &out, &["--trip-times"]);
     sink.proc.signal(Signal::SIGTERM);
     let stopped = sink.proc.wait(Duration::from_secs(30));
     assert_eq!(stopped.code(), Some(0), "{}", stopped.stderr);
@@ -391,20 +382,7 @@ fn killed_peer_ends_the_run_with_files_kept() {
     let dir = tempdir("peer");
     let sink = Sink::start("127.0.0.1:0", &["--rcvbuf", "64KiB", "-q"]);
     let out = dir.join("send");
-    let mut send = Running::spawn(
-        "sbm-send",
-        &[
-            "--connect",
-            &sink.addr,
-            "--out",
-            out.to_str().unwrap(),
-            "-t",
-            "60s",
-            "-i",
-            "200ms",
-        ],
-    );
-    send.wait_line("0.20-0.40 s", Duration::from_secs(20));
+    let send = long_run_under_way(&sink.addr, &out, &[]);
     sink.proc.signal(Signal::SIGKILL);
     let res = send.wait(Duration::from_secs(30));
     assert_eq!(

@@ -211,49 +211,7 @@ fn ctrl_c_to_the_process_group_mid_cell_keeps_files_and_leaves_nothing() {
     let matrix = tiny_matrix(&dir);
     let out = dir.join("run");
     let prefix = format!("g{}", std::process::id() % 100_000);
-    let mut runner = Running::spawn_group(
-        &matrix_bin(),
-        &[
-            "run",
-            matrix.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--prefix",
-            &prefix,
-        ],
-    );
-    runner.wait_line("  2mbit-a:", Duration::from_secs(60));
-    runner.wait_line("[2/2] 2mbit-b", Duration::from_secs(30));
-    // Mid-cell: the sender has written its first interval.
-    let csv = out.join("2mbit-b/intervals.csv");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while std::fs::read_to_string(&csv).map_or(0, |t| t.lines().count()) < 2 {
-        assert!(std::time::Instant::now() < deadline, "cell b never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    runner.interrupt_group();
-    let res = runner.wait(Duration::from_secs(60));
-    assert_eq!(res.code(), Some(130), "{}\n{}", res.stdout, res.stderr);
-    assert!(res.stdout.contains("--resume"), "{}", res.stdout);
-    assert_eq!(read_json(&out.join("2mbit-a/cell.json"))["status"], "ok");
-    assert_eq!(
-        read_json(&out.join("2mbit-b/cell.json"))["status"],
-        "interrupted"
-    );
-    // sbm-send got the SIGINT too: its files are complete rows and its summary says the
-    // run was cut short.
-    let summary = read_json(&out.join("2mbit-b/summary.json"));
-    assert_eq!(summary["complete"], false, "{summary}");
-    let writes = read_csv(&out.join("2mbit-b/writes.csv"));
-    assert!(!writes.is_empty());
-    assert_eq!(
-        writes.len() as u64,
-        summary["totals"]["writes"].as_u64().unwrap(),
-        "every write has its row"
-    );
-    assert!(namespaces_with(&prefix).is_empty(), "namespaces left");
-    let left = processes_mentioning(out.to_str().unwrap());
-    assert!(left.is_empty(), "processes left: {left:?}");
+    ctrl_c_mid_second_cell(&matrix, &out, &prefix, Duration::from_secs(60));
 }
 
 #[test]

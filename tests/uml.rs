@@ -542,45 +542,5 @@ fn ctrl_c_to_the_process_group_during_a_guest_cell() {
     .unwrap();
     let out = dir.join("run");
     let prefix = format!("v{}", std::process::id() % 100_000);
-    let mut runner = Running::spawn_group(
-        env!("CARGO_BIN_EXE_sbm-matrix"),
-        &[
-            "run",
-            matrix.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--prefix",
-            &prefix,
-        ],
-    );
-    runner.wait_line("[2/2]", Duration::from_secs(180));
-    // Mid-cell: the guest's sender has written its first interval.
-    let csv = out.join("2mbit-b/intervals.csv");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&csv).map_or(0, |t| t.lines().count()) < 2 {
-        assert!(std::time::Instant::now() < deadline, "cell b never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    runner.interrupt_group();
-    let res = runner.wait(Duration::from_secs(120));
-    assert_eq!(res.code(), Some(130), "{}\n{}", res.stdout, res.stderr);
-    assert_eq!(read_json(&out.join("2mbit-a/cell.json"))["status"], "ok");
-    assert_eq!(
-        read_json(&out.join("2mbit-b/cell.json"))["status"],
-        "interrupted"
-    );
-    let summary = read_json(&out.join("2mbit-b/summary.json"));
-    assert_eq!(summary["complete"], false, "{summary}");
-    let writes = read_csv(&out.join("2mbit-b/writes.csv"));
-    assert_eq!(
-        writes.len() as u64,
-        summary["totals"]["writes"].as_u64().unwrap()
-    );
-    let netns = run_program("ip", &["netns", "list"], Duration::from_secs(10)).stdout;
-    assert!(
-        !netns.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
-        "namespaces left: {netns}"
-    );
-    let left = processes_mentioning(out.to_str().unwrap());
-    assert!(left.is_empty(), "processes left (a guest?): {left:?}");
+    ctrl_c_mid_second_cell(&matrix, &out, &prefix, Duration::from_secs(180));
 }

@@ -273,6 +273,58 @@ pub fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
+/// Runs a two-cell matrix (cells `2mbit-a`, `2mbit-b`) as a terminal's foreground job and
+/// presses Ctrl-C once cell b's sender has written its first interval; checks what must
+/// hold after it: status 130, cell a ok, cell b interrupted with its files flushed (a
+/// summary marked incomplete, a row per write), no namespace and no process left.
+pub fn ctrl_c_mid_second_cell(matrix: &Path, out: &Path, prefix: &str, patience: Duration) {
+    let mut runner = Running::spawn_group(
+        env!("CARGO_BIN_EXE_sbm-matrix"),
+        &[
+            "run",
+            matrix.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--prefix",
+            prefix,
+        ],
+    );
+    runner.wait_line("[2/2]", patience);
+    let csv = out.join("2mbit-b/intervals.csv");
+    let deadline = Instant::now() + patience;
+    while std::fs::read_to_string(&csv).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(Instant::now() < deadline, "cell b never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    runner.interrupt_group();
+    let res = runner.wait(Duration::from_secs(120));
+    assert_eq!(res.code(), Some(130), "{}\n{}", res.stdout, res.stderr);
+    assert!(res.stdout.contains("--resume"), "{}", res.stdout);
+    assert_eq!(read_json(&out.join("2mbit-a/cell.json"))["status"], "ok");
+    assert_eq!(
+        read_json(&out.join("2mbit-b/cell.json"))["status"],
+        "interrupted"
+    );
+    // sbm-send got the SIGINT too (or was stopped by the matrix): complete rows, and a
+    // summary that says the run was cut short.
+    let summary = read_json(&out.join("2mbit-b/summary.json"));
+    assert_eq!(summary["complete"], false, "{summary}");
+    let writes = read_csv(&out.join("2mbit-b/writes.csv"));
+    assert!(!writes.is_empty());
+    assert_eq!(
+        writes.len() as u64,
+        summary["totals"]["writes"].as_u64().unwrap(),
+        "every write has its row"
+    );
+    let netns = run_program("ip", &["netns", "list"], Duration::from_secs(10)).stdout;
+    assert!(
+        !netns.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
+        "namespaces left: {netns}"
+    );
+    let left = processes_mentioning(out.to_str().unwrap());
+    assert!(left.is_empty(), "processes left: {left:?}");
+}
+
 pub type Row = HashMap<String, String>;
 
 pub fn read_csv(path: &Path) -> Vec<Row> {
