@@ -41,7 +41,8 @@ impl ReplenishImpl {
     }
 }
 
-/// `--replenish-time` and its companions.
+/// `--replenish-time` and its companions; a run without the rule has none (a time of zero
+/// on the command line means that too).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplenishConfig {
     pub time: Duration,
@@ -256,7 +257,7 @@ pub fn setup(
     nodelay: bool,
     notsent_lowat: Option<u32>,
 ) -> Result<(Gate, PolicyReport, Option<OptionReport>), GateError> {
-    let Some(r) = replenish.filter(|r| !r.time.is_zero()) else {
+    let Some(r) = replenish else {
         let kind = if notsent_lowat.is_some() {
             "notsent-lowat"
         } else {

@@ -295,18 +295,20 @@ impl SendArgs {
                 crate::wire::HEADER_LEN
             ));
         }
-        if self.replenish_time.is_some_and(|t| !t.is_zero()) {
+        // One way to say "off": `--replenish-time 0s` is no rule at all.
+        let replenish_time = self.replenish_time.filter(|t| !t.is_zero());
+        if replenish_time.is_some() {
             replenish::check_lowat_combination(self.replenish_impl, self.notsent_lowat)
                 .map_err(|e| e.to_string())?;
         }
-        if self.burst > 1 && self.replenish_time.is_some_and(|t| !t.is_zero()) {
+        if self.burst > 1 && replenish_time.is_some() {
             return Err(
                 "--burst needs the kernel's own readiness (default or --notsent-lowat): \
                  under --replenish-time every write is decided by the rule"
                     .into(),
             );
         }
-        let replenish = match self.replenish_time {
+        let replenish = match replenish_time {
             Some(time) => Some(ReplenishConfig {
                 time,
                 implementation: self.replenish_impl,
@@ -456,6 +458,6 @@ mod replenish_tests {
             .unwrap()
             .into_config()
             .unwrap();
-        assert_eq!(a.replenish.unwrap().time, Duration::ZERO);
+        assert_eq!(a.replenish, None, "0s is off, the same as no flag");
     }
 }

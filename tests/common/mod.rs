@@ -321,7 +321,10 @@ pub fn ctrl_c_mid_second_cell(matrix: &Path, out: &Path, prefix: &str, patience:
         !netns.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
         "namespaces left: {netns}"
     );
-    let left = processes_mentioning(out.to_str().unwrap());
+    // A guest's command line names the bed's run directory (its init script), the delay
+    // line its statistics file there; sbm-send and sbm-sink name the output directory.
+    let mut left = processes_mentioning(out.to_str().unwrap());
+    left.extend(processes_mentioning(&format!("/sbm-testbed/{prefix}/")));
     assert!(left.is_empty(), "processes left: {left:?}");
 }
 
