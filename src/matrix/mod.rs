@@ -77,7 +77,7 @@ pub fn resolve_matrix(arg: &str) -> PathBuf {
     }
 }
 
-fn main_inner(cli: Cli) -> Result<i32, String> {
+fn main_inner(cli: Cli) -> Result<i32, run::MatrixError> {
     match cli.cmd {
         Cmd::Run {
             matrix,
@@ -105,7 +105,10 @@ fn main_inner(cli: Cli) -> Result<i32, String> {
         Cmd::List => {
             let dir = presets_dir();
             let mut names: Vec<String> = std::fs::read_dir(&dir)
-                .map_err(|e| format!("{}: {e}", dir.display()))?
+                .map_err(|source| run::MatrixError::File {
+                    path: dir.clone(),
+                    source,
+                })?
                 .filter_map(|e| {
                     e.ok()?
                         .file_name()

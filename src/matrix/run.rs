@@ -16,7 +16,7 @@ use nix::unistd::Pid;
 use serde::Serialize;
 
 use super::report::{self, CellStatus, Status};
-use super::spec::{Cell, MatrixSpec};
+use super::spec::{Cell, MatrixSpec, SpecError};
 use crate::signals::StopSignals;
 use crate::sysinfo;
 use crate::testbed::{status, wan};
@@ -61,15 +61,62 @@ pub fn utc_stamp() -> String {
     )
 }
 
+/// Why `sbm-matrix run` or `report` stopped, typed up to where main prints it.
+#[derive(Debug, thiserror::Error)]
+pub enum MatrixError {
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Spec {
+        path: PathBuf,
+        #[source]
+        source: SpecError,
+    },
+    #[error(transparent)]
+    Cells(SpecError),
+    #[error("cell {cell}: its sender arguments are refused: {reason}")]
+    SenderArgs { cell: String, reason: String },
+    #[error("{} has no matrix.toml: not a run directory", .0.display())]
+    NotARunDir(PathBuf),
+    #[error("--only {0:?} matches no cell")]
+    NoCellMatches(String),
+    #[error(
+        "the matrix runs on the emulated path and needs root (network namespaces, tc, iptables)"
+    )]
+    NotRoot,
+    #[error("signalfd: {0}")]
+    Signals(nix::Error),
+    #[error("UML kernel: {0}")]
+    UmlKernel(String),
+    #[error("emulated path: {0}")]
+    Path(#[from] wan::TestbedError),
+    #[error("report: {0}")]
+    Report(String),
+}
+
+fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> MatrixError + '_ {
+    move |source| MatrixError::File {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// Loads a matrix file; its name defaults to the file's stem.
-pub fn load(path: &Path) -> Result<(MatrixSpec, String), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut spec = MatrixSpec::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn load(path: &Path) -> Result<(MatrixSpec, String), MatrixError> {
+    let spec_error = |source| MatrixError::Spec {
+        path: path.to_path_buf(),
+        source,
+    };
+    let text = std::fs::read_to_string(path).map_err(file_error(path))?;
+    let mut spec = MatrixSpec::parse(&text).map_err(spec_error)?;
     if spec.name.is_none() {
         spec.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     }
-    spec.validate()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    spec.validate().map_err(spec_error)?;
     Ok((spec, text))
 }
 
@@ -294,18 +341,18 @@ fn send_args(spec: &MatrixSpec, cell: &Cell, dir: &Path) -> Vec<String> {
 /// Every cell's sbm-send command line goes through sbm-send's own parser before anything
 /// is built (a path, a UML kernel): a typo in `args` is one line now, not a failed cell
 /// after minutes of set-up.
-pub fn check_send_args(spec: &MatrixSpec, cells: &[Cell]) -> Result<(), String> {
+pub fn check_send_args(spec: &MatrixSpec, cells: &[Cell]) -> Result<(), MatrixError> {
     use clap::Parser as _;
     for cell in cells {
         let mut argv = vec!["sbm-send".to_string()];
         argv.extend(send_args(spec, cell, Path::new("OUT")));
         let parsed = crate::send::cli::SendArgs::try_parse_from(&argv)
             .map_err(|e| crate::cli::one_line("sbm-send", &e.render().to_string()));
-        if let Err(e) = parsed.and_then(|a| a.check().map(drop)) {
-            return Err(format!(
-                "cell {}: its sender arguments are refused: {e}",
-                cell.name
-            ));
+        if let Err(reason) = parsed.and_then(|a| a.check().map(drop)) {
+            return Err(MatrixError::SenderArgs {
+                cell: cell.name.clone(),
+                reason,
+            });
         }
     }
     Ok(())
@@ -472,37 +519,35 @@ fn read_status(dir: &Path) -> Option<CellStatus> {
 }
 
 /// `sbm-matrix run`. Returns the exit status.
-pub fn run(opts: &RunOptions) -> Result<i32, String> {
-    // With --resume the run directory's own copy of the matrix is authoritative.
-    let (spec, text, run_dir) = if opts.resume {
-        let dir = opts
-            .out
-            .clone()
-            .ok_or("--resume needs --out DIR, the run directory to complete")?;
-        let stored = dir.join("matrix.toml");
-        if !stored.exists() {
-            return Err(format!(
-                "{} has no matrix.toml: not a run directory",
-                dir.display()
-            ));
+pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
+    // With --resume the run directory's own copy of the matrix is authoritative (clap
+    // makes --resume require --out).
+    let (spec, text, run_dir) = match (&opts.out, opts.resume) {
+        (Some(dir), true) => {
+            let dir = dir.clone();
+            let stored = dir.join("matrix.toml");
+            if !stored.exists() {
+                return Err(MatrixError::NotARunDir(dir));
+            }
+            let (mut spec, text) = load(&stored)?;
+            if let Ok((given, _)) = load(&opts.matrix) {
+                spec.name = given.name;
+            }
+            (spec, text, dir)
         }
-        let (mut spec, text) = load(&stored)?;
-        if let Ok((given, _)) = load(&opts.matrix) {
-            spec.name = given.name;
+        _ => {
+            let (spec, text) = load(&opts.matrix)?;
+            let dir = opts.out.clone().unwrap_or_else(|| {
+                PathBuf::from("results").join(format!(
+                    "{}-{}",
+                    spec.name.clone().unwrap_or_default(),
+                    utc_stamp()
+                ))
+            });
+            (spec, text, dir)
         }
-        (spec, text, dir)
-    } else {
-        let (spec, text) = load(&opts.matrix)?;
-        let dir = opts.out.clone().unwrap_or_else(|| {
-            PathBuf::from("results").join(format!(
-                "{}-{}",
-                spec.name.clone().unwrap_or_default(),
-                utc_stamp()
-            ))
-        });
-        (spec, text, dir)
     };
-    let all = spec.cells().map_err(|e| e.to_string())?;
+    let all = spec.cells().map_err(MatrixError::Cells)?;
     check_send_args(&spec, &all)?;
     let filters: Vec<&str> = opts
         .only
@@ -514,9 +559,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         .filter(|c| filters.is_empty() || filters.iter().any(|f| c.name.contains(f)))
         .collect();
     if selected.is_empty() {
-        return Err(format!(
-            "--only {:?} matches no cell",
-            opts.only.as_deref().unwrap_or("")
+        return Err(MatrixError::NoCellMatches(
+            opts.only.clone().unwrap_or_default(),
         ));
     }
     let todo: Vec<&Cell> = selected
@@ -555,9 +599,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         return Ok(0);
     }
     if !nix::unistd::geteuid().is_root() {
-        return Err("the matrix runs on the emulated path and needs root (network namespaces, tc, iptables)".into());
+        return Err(MatrixError::NotRoot);
     }
-    std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+    std::fs::create_dir_all(&run_dir).map_err(file_error(&run_dir))?;
     // The run directory keeps its own copy, named, so that `report` and `--resume` need
     // nothing else.
     let stored = if MatrixSpec::parse(&text).is_ok_and(|m| m.name.is_some()) {
@@ -565,8 +609,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
     } else {
         format!("name = {:?}\n{text}", spec.name.clone().unwrap_or_default())
     };
-    std::fs::write(run_dir.join("matrix.toml"), stored).map_err(|e| e.to_string())?;
-    let signals = StopSignals::install().map_err(|e| format!("signalfd: {e}"))?;
+    let stored_path = run_dir.join("matrix.toml");
+    std::fs::write(&stored_path, stored).map_err(file_error(&stored_path))?;
+    let signals = StopSignals::install().map_err(MatrixError::Signals)?;
 
     let prefix = opts
         .prefix
@@ -574,11 +619,13 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         .unwrap_or_else(|| format!("mx{}", std::process::id() % 1_000_000));
     let path = wan::WanSpec {
         prefix: prefix.clone(),
-        rtt: crate::units::parse_duration_or_zero(&spec.path.rtt).map_err(|e| e.to_string())?,
+        rtt: crate::units::parse_duration_or_zero(&spec.path.rtt)
+            .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.rtt: {e}"))))?,
         rate_bps: todo.first().and_then(|c| c.rate_bps),
-        queue: crate::units::parse_duration(&spec.path.queue).map_err(|e| e.to_string())?,
-        shape_at: spec.path.shape_at().map_err(|e| e.to_string())?,
-        delay_impl: spec.path.delay_impl().map_err(|e| e.to_string())?,
+        queue: crate::units::parse_duration(&spec.path.queue)
+            .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.queue: {e}"))))?,
+        shape_at: spec.path.shape_at().map_err(MatrixError::Cells)?,
+        delay_impl: spec.path.delay_impl().map_err(MatrixError::Cells)?,
         owner: std::process::id(),
     };
     // The patched kernel for UML cells, built (or found in the cache) before the path
@@ -591,7 +638,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
             false,
             &mut |line| crate::say!("sbm-matrix: UML kernel: {line}"),
         )
-        .map_err(|e| format!("UML kernel: {e}"))?;
+        .map_err(|e| MatrixError::UmlKernel(e.to_string()))?;
         crate::say!(
             "sbm-matrix: UML kernel {} (key {})",
             built.kernel.display(),
@@ -612,7 +659,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
         let _guard = PathGuard {
             prefix: prefix.clone(),
         };
-        wan::up(&path).map_err(|e| format!("emulated path: {e}"))?;
+        wan::up(&path)?;
         let tty = std::io::stdout().is_terminal();
         let mut left = total;
         let pause = crate::units::parse_duration_or_zero(&spec.pause).unwrap_or_default();
@@ -687,7 +734,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
             }
         }
     }
-    let table = report::write_all(&run_dir, &spec, &all).map_err(|e| format!("report: {e}"))?;
+    let table = report::write_all(&run_dir, &spec, &all).map_err(MatrixError::Report)?;
     crate::say!("\n{table}");
     crate::say!(
         "results: {}/ (summary.csv, table.md, plots/, one directory per cell)",
@@ -704,10 +751,10 @@ pub fn run(opts: &RunOptions) -> Result<i32, String> {
 }
 
 /// `sbm-matrix report DIR`.
-pub fn rebuild_report(dir: &Path) -> Result<String, String> {
+pub fn rebuild_report(dir: &Path) -> Result<String, MatrixError> {
     let (spec, _) = load(&dir.join("matrix.toml"))?;
-    let cells = spec.cells().map_err(|e| e.to_string())?;
-    report::write_all(dir, &spec, &cells)
+    let cells = spec.cells().map_err(MatrixError::Cells)?;
+    report::write_all(dir, &spec, &cells).map_err(MatrixError::Report)
 }
 
 #[cfg(test)]
