@@ -10,13 +10,22 @@
 //! - [`replenish`]: TCP_REPLENISH_TIME in one place — the rule as pure decisions, the gate
 //!   that decides when sbm-send writes (kernel EPOLLOUT, or the emulation's state machine),
 //!   and the patched kernel's option and its own view of the rule.
-//! - [`report`]: output schemas and writers (CSV, JSON, human text).
+//! - [`report`]: the outputs — `report::schema` owns every row and summary.json (written
+//!   and read back through the same types, with a schema version), beside the CSV, JSON and
+//!   human-text writers.
 //! - [`wire`]: the optional per-message header (trip times) and its parser.
-//! - [`send`], [`sink`]: the two instruments' event loops and CLIs.
+//! - [`send`]: sbm-send — its CLI and config, and the loop split by job in `send::run`:
+//!   `run/mod.rs` (set-up, events, intervals), `run/write_path.rs` (the write path and the
+//!   readiness gate's actions), `run/timing.rs` (TX reports, the snd_nxt sampler, each
+//!   write's final row), `run/summary.rs` (the end of a run); `send::trip` the trip-time
+//!   framing and the comparison with the sink.
+//! - [`sink`]: sbm-sink, the discard receiver (bounded connections, idle timeout, back-off).
 //! - [`sys`]: the only unsafe code: raw syscalls.
 //! - [`delay`]: sbm-delay, the test bed's NFQUEUE delay line.
 //! - [`testbed`]: sbm-testbed, the emulated WAN path and real-host shaping.
-//! - [`matrix`]: sbm-matrix, test matrices on the emulated path and the report's table.
+//! - [`matrix`]: sbm-matrix — `matrix::spec` the matrix file and its cells (the model),
+//!   `matrix::run` running them (typed `MatrixError`), `matrix::report` summary.csv,
+//!   table.md and plots as functions of the cells' stored results, `matrix::svg` the plots.
 //! - [`addr`], [`cli`], [`ne`], [`signals`], [`sysinfo`]: small helpers.
 
 pub mod addr;
