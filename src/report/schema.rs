@@ -348,6 +348,68 @@ pub struct DrainReport {
     pub notsent_at_end: u32,
 }
 
+/// One line of messages.csv: the sender's estimates beside the sink's truth, µs.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TripMessageRow {
+    pub seq: u64,
+    pub write_ns: u64,
+    pub sched_ns: Option<u64>,
+    pub ack_ns: Option<u64>,
+    pub exact: bool,
+    pub srtt_us: u32,
+    pub sink_read_ns: Option<u64>,
+    pub truth_us: Option<i64>,
+    pub sojourn_us: Option<i64>,
+    pub ack_us: Option<i64>,
+    pub sojourn_half_rtt_us: Option<i64>,
+    pub sojourn_rtt_us: Option<i64>,
+    pub ack_minus_half_rtt_us: Option<i64>,
+}
+
+/// One estimator's error against the sink: estimate − truth, µs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct EstimatorError {
+    pub name: Cow<'static, str>,
+    pub count: u64,
+    pub median_error_us: Option<i64>,
+    pub p95_error_us: Option<i64>,
+}
+
+/// One finished message, for sink-messages.csv.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SinkMessageRow {
+    pub conn: u64,
+    pub seq: u64,
+    pub bytes: u32,
+    pub write_ns: u64,
+    pub read_ns: u64,
+    /// read_ns − write_ns; negative only if the clocks disagree.
+    pub latency_us: i64,
+}
+
+/// What the sink sends back after the sender half-closes: its view of the connection.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SinkReply {
+    pub sbm_version: Cow<'static, str>,
+    pub boot_id: Option<String>,
+    /// The sender's boot id from its hello (trip-timed streams).
+    pub peer_boot_id: Option<String>,
+    /// true: same host, latencies exact; false: only as good as the hosts' clock sync.
+    pub clocks_shared: Option<bool>,
+    pub bytes: u64,
+    pub duration_s: f64,
+    pub goodput_bps: f64,
+    pub trip_times: bool,
+    pub messages: u64,
+    pub latency: Percentiles,
+    pub negative_latencies: u64,
+    /// (sequence, read time ns) of each message, for the sender's estimator comparison.
+    pub read_times: Vec<(u64, u64)>,
+    pub read_times_truncated: bool,
+}
+
 /// The version of summary.json's layout. Raised when a field changes meaning or goes;
 /// new fields are added with defaults, so older summaries still read.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
@@ -394,7 +456,7 @@ pub struct SendSummary {
     /// The sink's view, from its reply after the sender half-closed.
     pub receiver: ReceiverView,
     /// With --trip-times: each sender-side estimate against the sink's one-way latency.
-    pub trip_estimators: Vec<crate::send::trip::EstimatorError>,
+    pub trip_estimators: Vec<EstimatorError>,
     pub attribution: AttributionCounts,
     pub attribution_after_warmup: AttributionCounts,
     pub reports: ReportCounts,

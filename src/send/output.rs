@@ -88,7 +88,7 @@ impl Outputs {
     /// Writes messages.csv (trip times) in one go.
     pub fn write_messages(
         &self,
-        rows: &[crate::send::trip::MessageRow],
+        rows: &[crate::report::schema::TripMessageRow],
     ) -> Result<(), OutputError> {
         let Some(dir) = &self.dir else { return Ok(()) };
         let mut f = CsvFile::create(&dir.join("messages.csv"))?;

@@ -6,10 +6,10 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use serde_json::Value;
 use socket2::Socket;
 
+use crate::report::schema::{EstimatorError, TripMessageRow};
 use crate::wire::Header;
 
 /// The message being written, possibly over several invitations.
@@ -99,34 +99,6 @@ pub struct MessageRecord {
     pub srtt_us: u32,
 }
 
-/// One line of messages.csv: the sender's estimates beside the sink's truth, µs.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct MessageRow {
-    pub seq: u64,
-    pub write_ns: u64,
-    pub sched_ns: Option<u64>,
-    pub ack_ns: Option<u64>,
-    pub exact: bool,
-    pub srtt_us: u32,
-    pub sink_read_ns: Option<u64>,
-    pub truth_us: Option<i64>,
-    pub sojourn_us: Option<i64>,
-    pub ack_us: Option<i64>,
-    pub sojourn_half_rtt_us: Option<i64>,
-    pub sojourn_rtt_us: Option<i64>,
-    pub ack_minus_half_rtt_us: Option<i64>,
-}
-
-/// One estimator's error against the sink: estimate − truth, µs.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
-#[serde(default)]
-pub struct EstimatorError {
-    pub name: std::borrow::Cow<'static, str>,
-    pub count: u64,
-    pub median_error_us: Option<i64>,
-    pub p95_error_us: Option<i64>,
-}
-
 pub const ESTIMATORS: [&str; 5] = [
     "sched-write",
     "ack-write",
@@ -143,7 +115,7 @@ fn us(ns: i128) -> i64 {
 pub fn compare(
     records: &[MessageRecord],
     read_times: &HashMap<u64, u64>,
-) -> (Vec<MessageRow>, Vec<EstimatorError>) {
+) -> (Vec<TripMessageRow>, Vec<EstimatorError>) {
     let mut rows = Vec::with_capacity(records.len());
     let mut errors: [Vec<i64>; 5] = Default::default();
     for r in records {
@@ -168,7 +140,7 @@ pub fn compare(
                 }
             }
         }
-        rows.push(MessageRow {
+        rows.push(TripMessageRow {
             seq: r.seq,
             write_ns: r.write_ns,
             sched_ns: r.sched_ns,
@@ -243,18 +215,6 @@ pub fn read_reply(sock: &Socket, timeout: Duration) -> Result<Value, String> {
     serde_json::from_slice(&data).map_err(|e| format!("the sink's reply is not sbm JSON: {e}"))
 }
 
-/// The sink's per-message read times from its reply.
-pub fn read_times(reply: &Value) -> HashMap<u64, u64> {
-    reply["read_times"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| Some((p.get(0)?.as_u64()?, p.get(1)?.as_u64()?)))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,9 +272,11 @@ mod tests {
     }
 
     #[test]
-    fn read_times_from_the_reply() {
-        let v: Value = serde_json::json!({"read_times": [[1, 10], [2, 20]]});
-        let m = read_times(&v);
+    fn read_times_come_typed_from_the_reply() {
+        let v = serde_json::json!({"bytes": 7, "read_times": [[1, 10], [2, 20]]});
+        let r: crate::report::schema::SinkReply = serde_json::from_value(v).unwrap();
+        let m: HashMap<u64, u64> = r.read_times.into_iter().collect();
         assert_eq!(m.get(&2), Some(&20));
+        assert_eq!(r.bytes, 7);
     }
 }

@@ -20,9 +20,10 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use crate::report::csv_file::CsvError;
 use crate::report::human;
 use crate::report::schema::SinkIntervalRow;
+use crate::report::schema::{SinkMessageRow, SinkReply};
 use crate::report::CsvFile;
 use crate::signals::StopSignals;
-use crate::sink::stream::{clocks_shared, MessageRow, SinkReply, StreamState, MAX_REPLY_MESSAGES};
+use crate::sink::stream::{clocks_shared, StreamState, MAX_REPLY_MESSAGES};
 use crate::units;
 
 const LISTEN_TOKEN: u64 = 0;
@@ -209,7 +210,7 @@ struct Sink<'a> {
     finished_conns: u64,
     messages_csv: Option<CsvFile>,
     boot_id: Option<String>,
-    rows: Vec<MessageRow>,
+    rows: Vec<SinkMessageRow>,
     accepting: Accepting,
     refusals: RateLimitedLog,
 }
@@ -387,7 +388,7 @@ impl Sink<'_> {
         let trip = st.trip();
         let messages = trip.map_or(0, |t| t.messages);
         let reply = SinkReply {
-            sbm_version: env!("CARGO_PKG_VERSION"),
+            sbm_version: env!("CARGO_PKG_VERSION").into(),
             boot_id: own_boot_id.map(str::to_string),
             peer_boot_id: st.peer_boot_id().map(str::to_string),
             clocks_shared: clocks_shared(st.peer_boot_id(), own_boot_id),

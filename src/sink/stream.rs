@@ -7,8 +7,7 @@
 //! KiB each) and the parser exist only once a stream has shown the trip-times magic, so
 //! that idle or plain connections stay cheap (sbm-sink may hold thousands).
 
-use serde::Serialize;
-
+use crate::report::schema::SinkMessageRow;
 use crate::stats::{LatencyHist, Percentiles};
 use crate::wire::{self, Event, Parser, WireError};
 
@@ -20,18 +19,6 @@ enum Mode {
     Undecided([u8; 4], usize),
     Plain,
     Trip(Box<TripStream>),
-}
-
-/// One finished message, for sink-messages.csv.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct MessageRow {
-    pub conn: u64,
-    pub seq: u64,
-    pub bytes: u32,
-    pub write_ns: u64,
-    pub read_ns: u64,
-    /// read_ns − write_ns; negative only if the clocks disagree.
-    pub latency_us: i64,
 }
 
 /// The state of a trip-timed stream: its parser and what it measured.
@@ -66,7 +53,7 @@ impl TripStream {
         conn: u64,
         data: &[u8],
         read_ns: u64,
-        rows: &mut Vec<MessageRow>,
+        rows: &mut Vec<SinkMessageRow>,
     ) -> Result<(), WireError> {
         self.parser.feed(data, read_ns, &mut self.events)?;
         for ev in self.events.drain(..) {
@@ -89,7 +76,7 @@ impl TripStream {
                     if self.read_times.len() < MAX_REPLY_MESSAGES {
                         self.read_times.push((seq, read_ns));
                     }
-                    rows.push(MessageRow {
+                    rows.push(SinkMessageRow {
                         conn,
                         seq,
                         bytes: len,
@@ -160,7 +147,7 @@ impl StreamState {
         conn: u64,
         data: &[u8],
         read_ns: u64,
-        rows: &mut Vec<MessageRow>,
+        rows: &mut Vec<SinkMessageRow>,
     ) -> Result<(), WireError> {
         if let Mode::Undecided(head, filled) = &mut self.mode {
             let take = (4 - *filled).min(data.len());
@@ -210,27 +197,6 @@ pub fn clocks_shared(peer_boot_id: Option<&str>, own_boot_id: Option<&str>) -> O
     }
 }
 
-/// What the sink sends back after the sender half-closes: its view of the connection.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct SinkReply {
-    pub sbm_version: &'static str,
-    pub boot_id: Option<String>,
-    /// The sender's boot id from its hello (trip-timed streams).
-    pub peer_boot_id: Option<String>,
-    /// true: same host, latencies exact; false: only as good as the hosts' clock sync.
-    pub clocks_shared: Option<bool>,
-    pub bytes: u64,
-    pub duration_s: f64,
-    pub goodput_bps: f64,
-    pub trip_times: bool,
-    pub messages: u64,
-    pub latency: Percentiles,
-    pub negative_latencies: u64,
-    /// (sequence, read time ns) of each message, for the sender's estimator comparison.
-    pub read_times: Vec<(u64, u64)>,
-    pub read_times_truncated: bool,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,7 +221,7 @@ mod tests {
         assert_eq!(clocks_shared(st.peer_boot_id(), Some("id-1")), Some(true));
         assert_eq!(
             rows,
-            [MessageRow {
+            [SinkMessageRow {
                 conn: 1,
                 seq: 1,
                 bytes: 100,

@@ -2,6 +2,7 @@
 //! sink, summary.json and the printed summary; and the banner that opens a run.
 
 use super::*;
+use crate::report::schema::{EstimatorError, SinkReply};
 
 /// What the summary says about the run's set-up.
 pub(super) struct RunAbout {
@@ -170,7 +171,7 @@ impl Sender<'_> {
 
     /// The control exchange: half-close, read the sink's reply (its view of the run), and
     /// with --trip-times compare the sender's latency estimates with the sink's truth.
-    fn exchange_with_sink(&mut self) -> (ReceiverView, Vec<trip::EstimatorError>) {
+    fn exchange_with_sink(&mut self) -> (ReceiverView, Vec<EstimatorError>) {
         let mut view = ReceiverView::default();
         if !matches!(
             self.end,
@@ -188,17 +189,28 @@ impl Sender<'_> {
             }
         };
         view.replied = true;
-        view.bytes = reply["bytes"].as_u64();
-        view.goodput_bps = reply["goodput_bps"].as_f64();
-        view.clocks_shared = reply["clocks_shared"].as_bool();
-        view.messages = reply["messages"].as_u64();
-        view.latency_p50_us = reply["latency"]["p50_us"].as_u64();
-        view.latency_p95_us = reply["latency"]["p95_us"].as_u64();
-        view.latency_max_us = reply["latency"]["max_us"].as_u64();
-        let mut stored = reply.clone();
+        // Read through the type the sink writes it with (fields it lacks: their defaults).
+        let typed: SinkReply = match serde_json::from_value(reply.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                let e = format!("the sink's reply is not an sbm-sink reply: {e}");
+                self.warnings.push(format!("sink reply: {e}"));
+                view.error = Some(e);
+                return (view, vec![]);
+            }
+        };
+        view.bytes = Some(typed.bytes);
+        view.goodput_bps = Some(typed.goodput_bps);
+        view.clocks_shared = typed.clocks_shared;
+        view.messages = Some(typed.messages);
+        view.latency_p50_us = typed.latency.p50_us;
+        view.latency_p95_us = typed.latency.p95_us;
+        view.latency_max_us = typed.latency.max_us;
+        let mut stored = reply;
         let mut estimators = vec![];
         if self.framer.is_some() {
-            let (rows, stats) = trip::compare(&self.messages, &trip::read_times(&reply));
+            let read_times = typed.read_times.iter().copied().collect();
+            let (rows, stats) = trip::compare(&self.messages, &read_times);
             if let Err(e) = self.out.write_messages(&rows) {
                 self.warnings.push(e.to_string());
             }
