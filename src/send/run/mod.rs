@@ -82,12 +82,34 @@ pub struct SendOutcome {
     pub exit_code: i32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 enum EndReason {
     Limit(&'static str),
     Signal(Signal),
     PeerFailed(String),
-    LocalError(String),
+    LocalError(LocalFailure),
+}
+
+/// What failed on the sender's own side, typed up to the summary that prints it.
+#[derive(Debug, thiserror::Error)]
+enum LocalFailure {
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    #[error(transparent)]
+    Output(#[from] super::output::OutputError),
+    #[error("{what}: {source}")]
+    Poll {
+        what: &'static str,
+        source: nix::errno::Errno,
+    },
+    #[error("loop ended without a reason")]
+    NoReason,
+}
+
+impl EndReason {
+    fn local(e: impl Into<LocalFailure>) -> EndReason {
+        EndReason::LocalError(e.into())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,7 +340,7 @@ impl<'a> Sender<'a> {
                 } => {
                     // The kernel's own reason and threshold for this invitation.
                     let info = replenish::kernel_replenish_info(self.sock.as_fd(), n)
-                        .map_err(|e| EndReason::LocalError(e.to_string()))?;
+                        .map_err(EndReason::local)?;
                     let d = info.map(|i| i.decision());
                     self.last_decision = d;
                     let (threshold, reason) =
@@ -333,9 +355,7 @@ impl<'a> Sender<'a> {
     }
 
     fn emit_interval(&mut self, end: Duration) -> Result<(), EndReason> {
-        let info = self
-            .tcp_info()
-            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+        let info = self.tcp_info().map_err(EndReason::local)?;
         let p = &self.prev_info;
         let delta = |now: Option<u64>, before: Option<u64>| {
             now.map(|n| n.saturating_sub(before.unwrap_or(0)))
@@ -406,7 +426,7 @@ impl<'a> Sender<'a> {
         self.out
             .write_interval(&row)
             .and_then(|_| self.out.flush())
-            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+            .map_err(EndReason::local)?;
         self.prev_info = info;
         self.interval = IntervalAcc {
             start: end,
@@ -417,17 +437,21 @@ impl<'a> Sender<'a> {
 
     /// Moves from writing to draining: stop asking for EPOLLOUT.
     fn end_writing(&mut self, reason: EndReason) -> Result<(), EndReason> {
+        self.stop_writing()?;
+        self.end = Some(reason);
+        self.set_out_interest(false)
+    }
+
+    /// The last interval line and the tcp_info the goodput ends with; then draining.
+    fn stop_writing(&mut self) -> Result<(), EndReason> {
         let now = self.elapsed();
         if self.interval.start < now {
             self.emit_interval(now)?;
         }
-        let info = self
-            .tcp_info()
-            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+        let info = self.tcp_info().map_err(EndReason::local)?;
         self.write_end = Some((now, info));
-        self.end = Some(reason);
         self.phase = Phase::Draining;
-        self.set_out_interest(false)
+        Ok(())
     }
 
     /// The default drain timeout: the time the outstanding bytes take at the measured
@@ -532,7 +556,10 @@ impl<'a> Sender<'a> {
                 Ok(n) => n,
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => {
-                    self.end = Some(EndReason::LocalError(format!("epoll_wait: {e}")));
+                    self.end = Some(EndReason::LocalError(LocalFailure::Poll {
+                        what: "epoll_wait",
+                        source: e,
+                    }));
                     return drain;
                 }
             };
@@ -554,11 +581,19 @@ impl<'a> Sender<'a> {
 
     /// Ends the run early: a signal or a failure, while writing or during the drain.
     fn fail(&mut self, reason: EndReason) {
-        if self.phase == Phase::Writing {
-            if let Err(e) = self.end_writing(reason.clone()) {
-                self.end = Some(e);
+        // While writing nothing has ended the run yet: it ends now, with this reason unless
+        // ending it fails too.
+        let reason = if self.phase == Phase::Writing {
+            match self
+                .stop_writing()
+                .and_then(|()| self.set_out_interest(false))
+            {
+                Ok(()) => reason,
+                Err(e) => e,
             }
-        }
+        } else {
+            reason
+        };
         self.end = Some(match self.end.take() {
             Some(EndReason::Limit(_)) | None => reason,
             Some(first) => first,

@@ -72,8 +72,8 @@ impl Sender<'_> {
 
         let end = self
             .end
-            .clone()
-            .unwrap_or(EndReason::LocalError("loop ended without a reason".into()));
+            .take()
+            .unwrap_or(EndReason::LocalError(LocalFailure::NoReason));
         let (complete, end_reason, error, exit_code) = match &end {
             EndReason::Limit(why) => (true, why.to_string(), None, 0),
             EndReason::Signal(sig) => (
@@ -83,7 +83,7 @@ impl Sender<'_> {
                 exit_status_for(*sig),
             ),
             EndReason::PeerFailed(e) => (false, "peer failed".to_string(), Some(e.clone()), 1),
-            EndReason::LocalError(e) => (false, "local error".to_string(), Some(e.clone()), 1),
+            EndReason::LocalError(e) => (false, "local error".to_string(), Some(e.to_string()), 1),
         };
         let (end_at, end_info) = self
             .write_end

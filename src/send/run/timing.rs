@@ -12,8 +12,7 @@ impl Sender<'_> {
     /// snd_nxt for the departure estimator. `written` is the byte count it refers to.
     pub(super) fn sample_now(&mut self, written: u64) -> Result<u32, EndReason> {
         let before_ns = realtime_ns();
-        let notsent = sys::outq_notsent(self.sock.as_fd())
-            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+        let notsent = sys::outq_notsent(self.sock.as_fd()).map_err(EndReason::local)?;
         if self.sampling() {
             let after_ns = realtime_ns();
             self.sampler.sample(Sample {
@@ -89,7 +88,7 @@ impl Sender<'_> {
         }
         self.out
             .write_row(&WriteRow::new(w, warmup, advance_us, departure))
-            .map_err(|e| EndReason::LocalError(e.to_string()))
+            .map_err(EndReason::local)
     }
 
     /// Reads the error queue until it is empty. Returns how many messages it read.
@@ -112,7 +111,7 @@ impl Sender<'_> {
                         }
                     }
                 }
-                Err(e) => return Err(EndReason::LocalError(e.to_string())),
+                Err(e) => return Err(EndReason::local(e)),
             }
         }
         // A sample after reading the reports and before finishing rows: every byte an ACK

@@ -50,8 +50,7 @@ impl Sender<'_> {
                 .min((limit - self.run.tally.bytes_written) as usize);
         }
         let fd = self.sock.as_fd();
-        let notsent_before =
-            sys::outq_notsent(fd).map_err(|e| EndReason::LocalError(e.to_string()))?;
+        let notsent_before = sys::outq_notsent(fd).map_err(EndReason::local)?;
         let write_ns = realtime_ns();
         if let Some(f) = &mut self.framer {
             range = f.next(&mut self.buf, write_ns);
@@ -134,7 +133,7 @@ impl Sender<'_> {
             libc::TCP_NOTSENT_LOWAT,
             lowat.min(i32::MAX as u32) as i32,
         )
-        .map_err(|e| EndReason::LocalError(e.to_string()))
+        .map_err(EndReason::local)
     }
 
     pub(super) fn set_out_interest(&mut self, want: bool) -> Result<(), EndReason> {
@@ -150,7 +149,12 @@ impl Sender<'_> {
             let mut ev = EpollEvent::new(flags, SOCK_TOKEN);
             self.epoll
                 .modify(self.sock.as_fd(), &mut ev)
-                .map_err(|e| EndReason::LocalError(format!("epoll_ctl(MOD): {e}")))?;
+                .map_err(|source| {
+                    EndReason::LocalError(LocalFailure::Poll {
+                        what: "epoll_ctl(MOD)",
+                        source,
+                    })
+                })?;
             self.out_interest = want;
         }
         Ok(())
@@ -165,9 +169,7 @@ impl Sender<'_> {
     /// One decision of the emulated TCP_REPLENISH_TIME: write once if writable, else arrange
     /// to be woken when it may be. Returns true when it wrote (decide again soon).
     pub(super) fn emulation_step(&mut self) -> Result<bool, EndReason> {
-        let info = self
-            .tcp_info()
-            .map_err(|e| EndReason::LocalError(e.to_string()))?;
+        let info = self.tcp_info().map_err(EndReason::local)?;
         let obs = Observation::from_tcp_info(&info);
         let Gate::Emulated(gate) = &mut self.gate else {
             return Ok(false);
