@@ -70,9 +70,10 @@ pub struct PolicyReport {
 }
 
 pub enum Gate {
-    /// Every EPOLLOUT is an invitation. With the kernel's TCP_REPLENISH_TIME (its option
-    /// number here), each invitation also records the kernel's own view of the rule.
-    Kernel { replenish_optname: Option<u32> },
+    /// Every EPOLLOUT is an invitation. With the kernel's TCP_REPLENISH_TIME, each
+    /// invitation also records the kernel's own view of the rule, read through
+    /// TCP_REPLENISH_INFO (its option number here).
+    Kernel { info_optname: Option<u32> },
     /// The userspace emulation decides; EPOLLOUT only wakes it.
     Emulated(EmulatedGate),
 }
@@ -229,7 +230,7 @@ pub enum GateError {
 
 fn kernel_gate(optname: u32) -> Gate {
     Gate::Kernel {
-        replenish_optname: Some(optname),
+        info_optname: Some(super::kernel::info_optname(optname)),
     }
 }
 
@@ -272,13 +273,7 @@ pub fn setup(
             rate_estimator: None,
             note: None,
         };
-        return Ok((
-            Gate::Kernel {
-                replenish_optname: None,
-            },
-            report,
-            None,
-        ));
+        return Ok((Gate::Kernel { info_optname: None }, report, None));
     };
     let time_us = r.time.as_micros() as u64;
     let mut report = PolicyReport {

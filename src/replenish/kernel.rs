@@ -16,6 +16,8 @@ use crate::sysinfo;
 pub const HIGHEST_MAINLINE_TCP_OPTION: u32 = 46;
 /// The sysctl through which this project's patched kernel announces its option number.
 pub const OPTNAME_SYSCTL: &str = "net/ipv4/tcp_replenish_time_optname";
+/// Where the patched kernel announces TCP_REPLENISH_INFO's number.
+pub const INFO_OPTNAME_SYSCTL: &str = "net/ipv4/tcp_replenish_info_optname";
 /// The patched kernel's switch for its sub-MSS clause (1 = on).
 pub const SUBMSS_SYSCTL: &str = "net/ipv4/tcp_replenish_submss";
 
@@ -80,7 +82,7 @@ pub(super) fn kernel_sub_mss_clause(nodelay: bool) -> Option<bool> {
 }
 
 /// `struct tcp_replenish_info` of kernel/patches (include/uapi/linux/tcp.h there): what
-/// getsockopt(TCP_REPLENISH_TIME) returns when asked with a buffer this large.
+/// getsockopt(TCP_REPLENISH_INFO) returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelReplenishInfo {
     pub time_us: u32,
@@ -145,14 +147,27 @@ impl KernelReplenishInfo {
     }
 }
 
-/// Reads the kernel's view of its TCP_REPLENISH_TIME rule on `fd`.
+/// The option number of the patched kernel's TCP_REPLENISH_INFO (get only: the rule's
+/// inputs): what the kernel announces, else the number after TCP_REPLENISH_TIME's, as
+/// kernel/patches allocates them.
+pub fn info_optname(time_optname: u32) -> u32 {
+    sysinfo::sysctl_u64(INFO_OPTNAME_SYSCTL)
+        .and_then(|v| u32::try_from(v).ok())
+        .unwrap_or(time_optname + 1)
+}
+
+/// Reads the kernel's view of its TCP_REPLENISH_TIME rule on `fd` through
+/// TCP_REPLENISH_INFO (`info_optname`); None when the kernel has no such option.
 pub fn kernel_replenish_info(
     fd: BorrowedFd<'_>,
-    optname: u32,
+    info_optname: u32,
 ) -> Result<Option<KernelReplenishInfo>, sys::SysError> {
     let mut buf = [0u8; KernelReplenishInfo::SIZE];
-    let n = sys::get_bytes(fd, libc::IPPROTO_TCP, optname as i32, &mut buf)?;
-    Ok(KernelReplenishInfo::parse(&buf[..n]))
+    match sys::get_bytes(fd, libc::IPPROTO_TCP, info_optname as i32, &mut buf) {
+        Ok(n) => Ok(KernelReplenishInfo::parse(&buf[..n])),
+        Err(e) if e.errno() == Some(libc::ENOPROTOOPT) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

@@ -329,14 +329,12 @@ impl<'a> Sender<'a> {
         }
         if flags.contains(EpollFlags::EPOLLOUT) && self.phase == Phase::Writing {
             match self.gate {
-                Gate::Kernel {
-                    replenish_optname: None,
-                } => {
+                Gate::Kernel { info_optname: None } => {
                     let threshold = self.cfg.options.notsent_lowat.map(u64::from);
                     self.kernel_invited_writes(threshold, "epollout")?;
                 }
                 Gate::Kernel {
-                    replenish_optname: Some(n),
+                    info_optname: Some(n),
                 } => {
                     // The kernel's own reason and threshold for this invitation.
                     let info = replenish::kernel_replenish_info(self.sock.as_fd(), n)

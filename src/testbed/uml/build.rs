@@ -1,5 +1,5 @@
 //! `testbed/uml build`: the patched User-Mode Linux kernel, built from Debian's
-//! linux-source-6.1 with kernel/patches and kernel/uml.config, cached under a key of
+//! linux-source-6.12 (the LTS) with kernel/patches and kernel/uml.config, cached under a key of
 //! source version + patches + config so that a clean clone on the same machine reuses it.
 
 use std::fs::{self, File};
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// The Debian package whose tarball the kernel is built from.
-pub const SOURCE_PACKAGE: &str = "linux-source-6.1";
+pub const SOURCE_PACKAGE: &str = "linux-source-6.12";
 
 /// Programs the build runs, with the Debian packages that provide them.
 const BUILD_TOOLS: &[(&str, &str)] = &[
@@ -59,7 +59,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
 /// What goes into a build, and where it is cached.
 #[derive(Debug, Clone)]
 pub struct BuildInputs {
-    /// linux-source-6.1.tar.xz
+    /// linux-source-6.12.tar.xz
     pub source_tar: PathBuf,
     /// The package version (dpkg), or the tarball's size and mtime without dpkg.
     pub source_version: String,
