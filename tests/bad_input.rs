@@ -24,7 +24,7 @@ fn program(name: &str) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
     match name {
         "scripts/matrix" | "scripts/bench" | "scripts/setup" | "testbed/wan" | "testbed/shape"
-        | "testbed/uml" => format!("{root}/{name}"),
+        | "testbed/uml" | "kernel/mutate" => format!("{root}/{name}"),
         bin => bin_dir().join(bin).to_string_lossy().into_owned(),
     }
 }
@@ -205,6 +205,8 @@ const CASES: &[Case] = &[
     ("scripts/bench", &["--smoke=1"], 2, "--smoke"),
     ("scripts/bench", &["--no-path=1"], 2, "--no-path"),
     ("scripts/setup", &["--bogus"], 2, "--bogus"),
+    ("kernel/mutate", &["--bogus"], 2, "--bogus"),
+    ("kernel/mutate", &["--work"], 2, "--work"),
     ("testbed/wan", &["up", "--rate", "fast"], 2, "--rate"),
     ("testbed/shape", &["apply"], 2, "<DEV>"),
     ("testbed/uml", &["run", "--mem", "x"], 2, "--mem"),

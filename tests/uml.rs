@@ -25,8 +25,14 @@ fn in_guest() -> bool {
     std::env::var_os("SBM_UML_GUEST").is_some()
 }
 
-/// The cached patched kernel, built on first use (minutes on a new machine).
+/// The cached patched kernel, built on first use (minutes on a new machine); or the one
+/// `SBM_UML_KERNEL` names (kernel/mutate runs these tests against mutants of the patch).
 fn kernel() -> PathBuf {
+    if let Some(k) = std::env::var_os("SBM_UML_KERNEL") {
+        let k = PathBuf::from(k);
+        assert!(k.is_file(), "SBM_UML_KERNEL={} is not a file", k.display());
+        return k;
+    }
     let res = Running::spawn_program(testbed_bin().to_str().unwrap(), &["uml", "path"])
         .wait(Duration::from_secs(20 * 60));
     assert_eq!(
@@ -679,4 +685,244 @@ fn the_kernel_rule_invites_edge_and_level_writers_without_timestamps() {
             "{mode}: {ts} writes with timestamps, {nots} without"
         );
     }
+}
+
+/// Voluntary context switches of the calling thread so far (each sleep that ended).
+fn voluntary_switches() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+fn connect_to_sink() -> Socket {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.connect(
+        &"198.18.2.1:5301"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    s
+}
+
+/// Runs inside the guest, against a discarding sink across the 2 Mb/s / 172 ms path: the
+/// rule's inputs against TCP_INFO, its wakeups, and its interaction with blocking writers
+/// and NOTSENT_LOWAT, each claim one that a broken patch fails.
+fn guest_side_shaped_path_claims() {
+    use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+    let optname: i32 = read_sysctl(OPTNAME_PATH).parse().unwrap();
+    let info_optname: i32 = read_sysctl(INFO_OPTNAME_PATH).parse().unwrap();
+    let set = |s: &Socket, opt: i32, v: i32| {
+        sbm::sys::set_int(s.as_fd(), libc::IPPROTO_TCP, opt, v).unwrap()
+    };
+    let chunk = vec![0x5au8; 64 * 1024];
+
+    // No estimate before a connection; zero backlog; the cwnd fallback before the first
+    // delivery sample: min(cwnd × mss, snd_wnd) / srtt × T.
+    let fresh = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    set(&fresh, optname, 15_000);
+    let i = replenish_info(&fresh, info_optname);
+    assert!(
+        i.writable && i.threshold == 0,
+        "no estimate: writable, {i:?}"
+    );
+    let s = connect_to_sink();
+    set(&s, optname, 15_000);
+    let i = replenish_info(&s, info_optname);
+    let t = sbm::sys::tcp_info(s.as_fd()).unwrap();
+    assert!(i.writable && i.notsent == 0, "zero backlog: {i:?}");
+    // Right after the handshake the estimate is the cwnd fallback, or (when the SYN-ACK
+    // gave the sampler its first sample) the delivery rate: each against TCP_INFO.
+    let want = match i.source {
+        2 => {
+            let window =
+                (u64::from(t.snd_cwnd) * u64::from(t.snd_mss)).min(u64::from(t.snd_wnd.unwrap()));
+            window as f64 * 1e6 / f64::from(t.rtt_us) * 0.015
+        }
+        1 => t.delivery_rate.unwrap() as f64 * 0.015,
+        other => panic!("no estimate after the handshake (source {other}): {i:?}"),
+    };
+    let ratio = f64::from(i.threshold) / want;
+    assert!(
+        (0.8..=1.25).contains(&ratio),
+        "threshold {} vs {want:.0} from TCP_INFO ({i:?})",
+        i.threshold
+    );
+    println!(
+        "guest claim: no estimate and zero backlog writable; after the handshake threshold {} = {ratio:.2} × TCP_INFO's (source {})",
+        i.threshold, i.source
+    );
+
+    // The sub-MSS clause decides on the path: with T = 100 µs the threshold is a few bytes,
+    // so a corked 100-byte tail is writable only through the clause.
+    let c = connect_to_sink();
+    set(&c, optname, 100);
+    set(&c, libc::TCP_CORK, 1);
+    assert_eq!(c.send(&[1u8; 100]).unwrap(), 100);
+    let i = replenish_info(&c, info_optname);
+    assert!(
+        i.sub_mss && i.notsent == 100 && u64::from(i.threshold) < 200,
+        "a corked tail under a tiny threshold: {i:?}"
+    );
+    assert!(
+        i.writable && pollout(&c),
+        "the clause must make it writable: {i:?}"
+    );
+    set_sysctl(SUBMSS_PATH, "0");
+    let i = replenish_info(&c, info_optname);
+    let without = pollout(&c);
+    set_sysctl(SUBMSS_PATH, "1");
+    assert!(
+        !i.writable && !without,
+        "without the clause it is not: {i:?}"
+    );
+    drop(c);
+    println!("guest claim: a corked tail under a tiny threshold is writable by the clause alone");
+
+    // Steady state, then the threshold against tcpi_delivery_rate × T at the same instant,
+    // and a blocking epoll_wait: it returns once ACKs bring the backlog to half the
+    // threshold (not before), with one or two wakeups rather than one per ACK.
+    s.set_nonblocking(true).unwrap();
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
+    epoll
+        .add(s.as_fd(), EpollEvent::new(EpollFlags::EPOLLOUT, 1))
+        .unwrap();
+    let mut events = [EpollEvent::empty()];
+    let started = std::time::Instant::now();
+    let mut ratios = vec![];
+    let mut switches = vec![];
+    while started.elapsed() < Duration::from_secs(20) {
+        let before = voluntary_switches();
+        let n = epoll.wait(&mut events, 5_000u16).unwrap();
+        let woke = voluntary_switches() - before;
+        assert_eq!(n, 1, "no EPOLLOUT within 5 s");
+        let i = replenish_info(&s, info_optname);
+        assert!(
+            i.writable
+                && (u64::from(i.notsent) * 2 <= u64::from(i.threshold)
+                    || i.sub_mss
+                    || i.notsent == 0),
+            "epoll_wait returned before the rule held: {i:?}"
+        );
+        if started.elapsed() > Duration::from_secs(8) {
+            switches.push(woke);
+            let t = sbm::sys::tcp_info(s.as_fd()).unwrap();
+            if let Some(rate) = t.delivery_rate.filter(|_| i.source == 1) {
+                ratios.push(f64::from(i.threshold) / (rate as f64 * 0.015));
+            }
+        }
+        let _ = s.send(&chunk);
+    }
+    ratios.sort_by(f64::total_cmp);
+    switches.sort();
+    let median = ratios[ratios.len() / 2];
+    assert!(
+        (0.8..=1.25).contains(&median),
+        "threshold / (tcpi_delivery_rate × T): median {median:.2} of {ratios:?}"
+    );
+    let typical = switches[switches.len() / 2];
+    assert!(
+        typical <= 4,
+        "a blocking epoll_wait slept {typical} times (median; one per ACK means the wakeup is not held back): {switches:?}"
+    );
+    println!("guest claim: threshold = {median:.2} × tcpi_delivery_rate × T; epoll_wait wakes {typical} time(s)");
+    drop(s);
+
+    // Both constraints on the wakeup path: NOTSENT_LOWAT 2000 (wake below 1000 B) is the
+    // stricter one here, so epoll_wait returns only below it.
+    let s = connect_to_sink();
+    set(&s, optname, 15_000);
+    set(&s, libc::TCP_NOTSENT_LOWAT, 2000);
+    s.set_nonblocking(true).unwrap();
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
+    epoll
+        .add(s.as_fd(), EpollEvent::new(EpollFlags::EPOLLOUT, 1))
+        .unwrap();
+    for _ in 0..20 {
+        assert_eq!(epoll.wait(&mut events, 5_000u16).unwrap(), 1);
+        let i = replenish_info(&s, info_optname);
+        assert!(
+            i.notsent < 1000,
+            "woken at {} B unsent, above lowat/2: {i:?}",
+            i.notsent
+        );
+        let _ = s.send(&chunk[..16 * 1024]);
+    }
+    drop(s);
+    println!("guest claim: with NOTSENT_LOWAT, the wakeup waits for both");
+
+    // Blocking writers are never held back by the rule: a blocking send with SO_SNDTIMEO
+    // takes as much in 1 s with a 100 µs replenish time (threshold of a few bytes) as with
+    // none.
+    let accepted = |replenish_us: i32| -> usize {
+        let s = connect_to_sink();
+        s.set_send_buffer_size(128 * 1024).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+        set(&s, optname, replenish_us);
+        let big = vec![0u8; 4 << 20];
+        let n = match (&s).write(&big) {
+            Ok(n) => n,
+            Err(e) => panic!("blocking write failed: {e}"),
+        };
+        // Discard what is still queued (a reset), and let the bottleneck queue empty, so
+        // that the next measurement does not share the path with this one's leftovers.
+        s.set_linger(Some(Duration::ZERO)).unwrap();
+        drop(s);
+        std::thread::sleep(Duration::from_millis(600));
+        n
+    };
+    use std::io::Write;
+    let off = accepted(0);
+    let on = accepted(100);
+    assert!(
+        on as f64 >= 0.9 * off as f64,
+        "a blocking writer took {on} B in 1 s with the rule, {off} B without"
+    );
+    println!("guest claim: a blocking writer took {on} B with the rule, {off} B without");
+    println!("guest shaped-path claims: all hold");
+}
+
+#[test]
+fn kernel_rule_on_a_shaped_path_in_the_guest() {
+    if in_guest() {
+        if std::env::var_os("SBM_UML_GUEST_SHAPED").is_some() {
+            guest_side_shaped_path_claims();
+        }
+        return;
+    }
+    let _g = serial();
+    require_root();
+    let kernel = kernel();
+    let bed = Bed::up("uks", &["--rate", "2mbit"]);
+    let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+    let me = std::env::current_exe().unwrap();
+    let (res, out) = in_guest_on(
+        &bed,
+        &kernel,
+        &[],
+        &[
+            "env",
+            "SBM_UML_GUEST=1",
+            "SBM_UML_GUEST_SHAPED=1",
+            me.to_str().unwrap(),
+            "--exact",
+            "kernel_rule_on_a_shaped_path_in_the_guest",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ],
+    );
+    sink.stop();
+    let c = console(&out);
+    assert_eq!(
+        res.code(),
+        Some(0),
+        "guest checks failed:\n{c}\n{}",
+        res.stderr
+    );
+    assert!(c.contains("guest shaped-path claims: all hold"), "{c}");
 }
