@@ -855,13 +855,19 @@ fn guest_side_shaped_path_claims() {
     drop(s);
     println!("guest claim: with NOTSENT_LOWAT, the wakeup waits for both");
 
-    // Blocking writers are never held back by the rule: a blocking send with SO_SNDTIMEO
-    // takes as much in 1 s with a 100 µs replenish time (threshold of a few bytes) as with
-    // none.
+    // Blocking writers are never held back by the rule: once the flow is in steady state
+    // (cwnd-limited, a send buffer's worth unsent), a blocking send with SO_SNDTIMEO takes
+    // as much in 1 s with a 100 µs replenish time (a threshold of a few bytes: the rule
+    // says "not writable" throughout) as with none. Held back until the rule holds, it
+    // would be woken only after the whole unsent backlog drained.
     let accepted = |replenish_us: i32| -> usize {
         let s = connect_to_sink();
         s.set_send_buffer_size(128 * 1024).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+        let warm = std::time::Instant::now();
+        while warm.elapsed() < Duration::from_secs(5) {
+            let _ = (&s).write(&chunk);
+        }
         set(&s, optname, replenish_us);
         let big = vec![0u8; 4 << 20];
         let n = match (&s).write(&big) {
