@@ -70,6 +70,35 @@ fn in_guest_on(bed: &Bed, kernel: &Path, extra: &[&str], command: &[&str]) -> (F
     (res, out)
 }
 
+/// Runs this test binary's test `name` inside a guest on `bed`, with SBM_UML_GUEST=1 and
+/// `flag`=1 (which guest-side part to run); returns the run's status and output directory.
+fn this_test_in_guest(
+    bed: &Bed,
+    kernel: &Path,
+    extra: &[&str],
+    name: &str,
+    flag: &str,
+) -> (Finished, PathBuf) {
+    let me = std::env::current_exe().unwrap();
+    let flag = format!("{flag}=1");
+    in_guest_on(
+        bed,
+        kernel,
+        extra,
+        &[
+            "env",
+            "SBM_UML_GUEST=1",
+            &flag,
+            me.to_str().unwrap(),
+            "--exact",
+            name,
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ],
+    )
+}
+
 fn console(out: &Path) -> String {
     std::fs::read_to_string(out.join("guest-console.log")).unwrap_or_default()
 }
@@ -107,21 +136,12 @@ fn kernel_claims_hold_in_the_guest() {
     require_root();
     let kernel = kernel();
     let bed = Bed::up("ukc", &["--rate", "2mbit", "--rtt", "20ms"]);
-    let me = std::env::current_exe().unwrap();
-    let (res, out) = in_guest_on(
+    let (res, out) = this_test_in_guest(
         &bed,
         &kernel,
         &[],
-        &[
-            "env",
-            "SBM_UML_GUEST=1",
-            me.to_str().unwrap(),
-            "--exact",
-            "kernel_claims_hold_in_the_guest",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ],
+        "kernel_claims_hold_in_the_guest",
+        "SBM_UML_GUEST_CLAIMS",
     );
     assert_eq!(
         res.code(),
@@ -547,22 +567,12 @@ fn the_test_bed_with_netem_in_a_guest_kernel_that_has_it() {
     require_root();
     let kernel = kernel();
     let bed = Bed::up("ugn", &["--rate", "off", "--rtt", "2ms"]);
-    let me = std::env::current_exe().unwrap();
-    let (res, out) = in_guest_on(
+    let (res, out) = this_test_in_guest(
         &bed,
         &kernel,
         &["--mem", "768"],
-        &[
-            "env",
-            "SBM_UML_GUEST=1",
-            "SBM_UML_GUEST_NETEM=1",
-            me.to_str().unwrap(),
-            "--exact",
-            "the_test_bed_with_netem_in_a_guest_kernel_that_has_it",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ],
+        "the_test_bed_with_netem_in_a_guest_kernel_that_has_it",
+        "SBM_UML_GUEST_NETEM",
     );
     let c = console(&out);
     assert_eq!(
@@ -905,22 +915,12 @@ fn kernel_rule_on_a_shaped_path_in_the_guest() {
     let kernel = kernel();
     let bed = Bed::up("uks", &["--rate", "2mbit"]);
     let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
-    let me = std::env::current_exe().unwrap();
-    let (res, out) = in_guest_on(
+    let (res, out) = this_test_in_guest(
         &bed,
         &kernel,
         &[],
-        &[
-            "env",
-            "SBM_UML_GUEST=1",
-            "SBM_UML_GUEST_SHAPED=1",
-            me.to_str().unwrap(),
-            "--exact",
-            "kernel_rule_on_a_shaped_path_in_the_guest",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ],
+        "kernel_rule_on_a_shaped_path_in_the_guest",
+        "SBM_UML_GUEST_SHAPED",
     );
     sink.stop();
     let c = console(&out);
