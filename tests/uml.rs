@@ -103,6 +103,13 @@ fn console(out: &Path) -> String {
     std::fs::read_to_string(out.join("guest-console.log")).unwrap_or_default()
 }
 
+/// Echoes the guest's "guest claim:" lines, so a passing run shows what it measured.
+fn echo_claims(console: &str) {
+    for line in console.lines().filter(|l| l.contains("guest claim")) {
+        println!("{line}");
+    }
+}
+
 #[test]
 fn patches_pass_checkpatch_strict() {
     if in_guest() {
@@ -153,6 +160,7 @@ fn kernel_claims_hold_in_the_guest() {
     let c = console(&out);
     assert!(c.contains("sbm-guest: up, kernel 6.12"), "{c}");
     assert!(c.contains("guest claims: all hold"), "{c}");
+    echo_claims(&c);
     let record = read_json(&out.join("uml.json"));
     assert_eq!(record["guest_exit"], 0);
 }
@@ -865,12 +873,15 @@ fn guest_side_shaped_path_claims() {
     drop(s);
     println!("guest claim: with NOTSENT_LOWAT, the wakeup waits for both");
 
-    // Blocking writers are never held back by the rule: once the flow is in steady state
-    // (cwnd-limited, a send buffer's worth unsent), a blocking send with SO_SNDTIMEO takes
-    // as much in 1 s with a 100 µs replenish time (a threshold of a few bytes: the rule
-    // says "not writable" throughout) as with none. Held back until the rule holds, it
-    // would be woken only after the whole unsent backlog drained.
-    let accepted = |replenish_us: i32| -> usize {
+    // Blocking writers are never held back by the rule. Once the flow is in steady state
+    // (cwnd-limited, a send buffer's worth unsent), a blocking send with SO_SNDTIMEO is woken
+    // by write-space as without the option, while a sampler thread reads the unsent backlog
+    // every millisecond: with a 100 µs replenish time (a threshold of a few bytes, so the
+    // rule says "not writable" throughout) the backlog must stay as far above zero as
+    // without it. Held back until the rule holds, the writer would sleep until the backlog
+    // had drained to (almost) nothing — the same bytes per second, since it then refills at
+    // once, but every wakeup late and the backlog's floor at zero.
+    let blocking_run = |replenish_us: i32| -> (usize, u32, u32) {
         let s = connect_to_sink();
         s.set_send_buffer_size(128 * 1024).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
@@ -879,26 +890,53 @@ fn guest_side_shaped_path_claims() {
             let _ = (&s).write(&chunk);
         }
         set(&s, optname, replenish_us);
-        let big = vec![0u8; 4 << 20];
-        let n = match (&s).write(&big) {
-            Ok(n) => n,
-            Err(e) => panic!("blocking write failed: {e}"),
-        };
+        let writing = std::sync::atomic::AtomicBool::new(true);
+        let (n, (floor, peak)) = std::thread::scope(|scope| {
+            let sampler = scope.spawn(|| {
+                let (mut floor, mut peak) = (u32::MAX, 0u32);
+                while writing.load(std::sync::atomic::Ordering::Relaxed) {
+                    let unsent = sbm::sys::outq_notsent(s.as_fd()).unwrap();
+                    floor = floor.min(unsent);
+                    peak = peak.max(unsent);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                (floor, peak)
+            });
+            let big = vec![0u8; 4 << 20];
+            let n = match (&s).write(&big) {
+                Ok(n) => n,
+                Err(e) => panic!("blocking write failed: {e}"),
+            };
+            writing.store(false, std::sync::atomic::Ordering::Relaxed);
+            (n, sampler.join().unwrap())
+        });
         // Discard what is still queued (a reset), and let the bottleneck queue empty, so
         // that the next measurement does not share the path with this one's leftovers.
         s.set_linger(Some(Duration::ZERO)).unwrap();
         drop(s);
         std::thread::sleep(Duration::from_millis(600));
-        n
+        (n, floor, peak)
     };
     use std::io::Write;
-    let off = accepted(0);
-    let on = accepted(100);
+    let (off, off_floor, off_peak) = blocking_run(0);
+    let (on, on_floor, on_peak) = blocking_run(100);
+    println!(
+        "guest claim: a blocking writer took {on} B in 1 s with the rule, {off} B without; \
+         unsent backlog while it wrote {on_floor}..{on_peak} B with, {off_floor}..{off_peak} B without"
+    );
     assert!(
         on as f64 >= 0.9 * off as f64,
         "a blocking writer took {on} B in 1 s with the rule, {off} B without"
     );
-    println!("guest claim: a blocking writer took {on} B with the rule, {off} B without");
+    assert!(
+        off_floor >= 8 * 1024,
+        "without the rule the backlog fell to {off_floor} B: not the steady state this claim needs"
+    );
+    assert!(
+        f64::from(on_floor) >= 0.5 * f64::from(off_floor),
+        "with the rule the backlog fell to {on_floor} B while a blocking writer slept \
+         (without: {off_floor} B): the writer is woken only when the rule holds"
+    );
     println!("guest shaped-path claims: all hold");
 }
 
@@ -931,4 +969,5 @@ fn kernel_rule_on_a_shaped_path_in_the_guest() {
         res.stderr
     );
     assert!(c.contains("guest shaped-path claims: all hold"), "{c}");
+    echo_claims(&c);
 }
