@@ -74,6 +74,21 @@ fn quick_matrix_reproduces_the_reports_ordering_at_2mbit() {
         sd > sl && sl > sr,
         "default {sd} > lowat {sl} > replenish {sr} (µs)"
     );
+    // Goodput counts only bytes that entered the network after the warm-up, so it cannot
+    // exceed what the bottleneck carries: 2 Mb/s of 1514-byte frames with 1448 B of payload.
+    let payload = sbm::testbed::plan::Bottleneck {
+        rate_bps: 2_000_000,
+        queue: std::time::Duration::from_millis(200),
+    }
+    .payload_bps(1448, 66);
+    for row in [d, l, r] {
+        assert!(
+            f(row, "goodput_bps") <= payload,
+            "{}: goodput {} above the bottleneck's payload rate {payload:.0}",
+            row["config"],
+            row["goodput_bps"]
+        );
+    }
     let gd = f(d, "goodput_bps");
     for row in [l, r] {
         assert!(
@@ -284,6 +299,7 @@ fn committed_paper_table_rebuilds_identically() {
 /// with `sbm-matrix report`, gives its table.md byte for byte.
 #[test]
 fn every_committed_table_rebuilds_identically() {
+    // The cells' per-write files are read as committed (xz-compressed where they are).
     let _g = serial();
     let results = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results"));
     let scratch = tempdir("tables-rebuild");
@@ -301,21 +317,6 @@ fn every_committed_table_rebuilds_identically() {
         );
         assert!(cp.status.success(), "{}", cp.stderr);
         let copy = scratch.join(&name);
-        let unxz = common::run_program(
-            "find",
-            &[
-                copy.to_str().unwrap(),
-                "-name",
-                "*.xz",
-                "-exec",
-                "xz",
-                "-d",
-                "{}",
-                "+",
-            ],
-            Duration::from_secs(120),
-        );
-        assert!(unxz.status.success(), "{}", unxz.stderr);
         std::fs::remove_file(copy.join("table.md")).unwrap();
         let mut cmd = Command::new(matrix_bin());
         cmd.args(["report", copy.to_str().unwrap()]);
@@ -330,4 +331,94 @@ fn every_committed_table_rebuilds_identically() {
     }
     assert!(checked.len() >= 5, "only {checked:?} checked");
     let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// For every committed run, each finished cell's figures recomputed from its raw files: the
+/// sampled median and p95 from writes.csv against summary.json (which comes from a
+/// histogram of three significant digits), and goodput against intervals.csv.
+#[test]
+fn every_committed_cell_recomputes_from_its_raw_files() {
+    let results = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results"));
+    let mut cells = 0;
+    for run in std::fs::read_dir(&results)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+    {
+        if !run.join("matrix.toml").is_file() {
+            continue;
+        }
+        for cell in std::fs::read_dir(&run).unwrap().flatten().map(|e| e.path()) {
+            let summary_path = cell.join("summary.json");
+            let finished = summary_path.is_file()
+                && read_json(&cell.join("cell.json"))["status"].as_str() == Some("ok");
+            if !finished {
+                continue;
+            }
+            let name = cell.strip_prefix(&results).unwrap().display().to_string();
+            let s = read_json(&summary_path);
+            let near = |what: &str, ours: u64, theirs: u64| {
+                let tol = (theirs as f64 * 0.002).max(2.0);
+                assert!(
+                    (ours as f64 - theirs as f64).abs() <= tol,
+                    "{name}: {what} recomputed {ours} µs, summary.json {theirs} µs"
+                );
+            };
+            if let (Some(p50), Some(p95)) = (
+                s["sojourn_sampled"]["p50_us"].as_u64(),
+                s["sojourn_sampled"]["p95_us"].as_u64(),
+            ) {
+                let mut v: Vec<u64> = read_csv(&cell.join("writes.csv"))
+                    .iter()
+                    .filter(|r| r["warmup"] == "false")
+                    .filter_map(|r| r.get("sampled_sojourn_us")?.parse().ok())
+                    .collect();
+                v.sort_unstable();
+                assert!(!v.is_empty(), "{name}: no sampled sojourns in writes.csv");
+                near("sampled p50", percentile(&v, 0.50), p50);
+                near("sampled p95", percentile(&v, 0.95), p95);
+            }
+            // Goodput: schema 2 states its bytes and window; those bytes were acknowledged
+            // inside the intervals after the warm-up, so they are at most the intervals' sum.
+            // Schema 1 counted every byte acknowledged after the warm-up: the intervals' sum
+            // over the same time.
+            let t = &s["totals"];
+            let goodput = t["goodput_bps"].as_f64().unwrap();
+            let acked_after: f64 = read_csv(&cell.join("intervals.csv"))
+                .iter()
+                .filter(|r| r["warmup"] == "false")
+                .map(|r| r["bytes_acked"].parse::<f64>().unwrap())
+                .sum();
+            let window = s["config"]["time_limit_s"].as_f64().unwrap_or(0.0)
+                - s["config"]["warmup_s"].as_f64().unwrap_or(0.0);
+            if s["schema_version"].as_u64().unwrap_or(0) >= 2 {
+                let (bytes, secs) = (
+                    t["goodput_bytes"].as_f64().unwrap(),
+                    t["goodput_window_s"].as_f64().unwrap(),
+                );
+                assert!(
+                    (goodput - bytes * 8.0 / secs).abs() <= 1e-6 * goodput.max(1.0),
+                    "{name}: goodput {goodput} is not goodput_bytes × 8 / window"
+                );
+                assert!(
+                    bytes <= acked_after + 1.0,
+                    "{name}: goodput_bytes {bytes} above the bytes acked after the warm-up {acked_after}"
+                );
+            } else if window > 0.0 && acked_after > 0.0 {
+                let from_intervals = acked_after * 8.0 / window;
+                assert!(
+                    (goodput / from_intervals - 1.0).abs() <= 0.01,
+                    "{name}: goodput {goodput:.0} vs {from_intervals:.0} from intervals.csv"
+                );
+            }
+            cells += 1;
+        }
+    }
+    assert!(cells >= 50, "only {cells} cells checked");
 }

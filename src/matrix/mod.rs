@@ -1,6 +1,7 @@
 //! sbm-matrix: runs a matrix of sender configurations × path rates on the emulated path and
 //! builds the report's table from the results (`scripts/matrix` wraps it).
 
+pub mod aggregate;
 pub mod report;
 pub mod run;
 pub mod spec;

@@ -9,8 +9,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::aggregate::{self, Group};
 use super::spec::{Cell, MatrixSpec};
 use super::svg::{self, Chart, Series, Style};
+use crate::report::compressed;
 use crate::report::schema::SendSummary;
 use crate::stats::Percentiles;
 
@@ -64,6 +66,8 @@ pub struct SummaryRow {
     pub cpu_quota: Option<u32>,
     pub repetition: u32,
     pub status: Status,
+    /// The summary.json layout the cell was measured with (0: no summary).
+    pub summary_schema: u32,
     pub error: Option<String>,
     pub policy: Option<String>,
     pub goodput_bps: Option<f64>,
@@ -83,6 +87,8 @@ pub struct SummaryRow {
     pub short_writes: Option<u64>,
     pub retransmits: Option<u64>,
     pub min_rtt_us: Option<u64>,
+    /// Writes per smoothed RTT, the median of the intervals after the warm-up.
+    pub writes_per_rtt: Option<f64>,
     pub advance_p50_us: Option<u64>,
     pub invited_after_dry: Option<u64>,
     /// The guest's cgroup under a CPU quota (uml.json): share of periods throttled, time
@@ -105,6 +111,8 @@ pub struct CellFiles {
     pub summary: Option<SendSummary>,
     /// testbed/uml's uml.json (UML cells)
     pub uml: Option<Value>,
+    /// The median over intervals.csv's rows after the warm-up of writes per smoothed RTT.
+    pub writes_per_rtt: Option<f64>,
 }
 
 impl CellFiles {
@@ -118,6 +126,7 @@ impl CellFiles {
             status: json("cell.json").and_then(|v| serde_json::from_value(v).ok()),
             summary: json("summary.json").and_then(|v| serde_json::from_value(v).ok()),
             uml: json("uml.json"),
+            writes_per_rtt: median_after_warmup(dir, "writes_per_rtt"),
         }
     }
 }
@@ -153,6 +162,7 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         cpu_quota: cell.cpu_quota,
         repetition: cell.repetition,
         status: status.map_or(Status::NotRun, |st| st.status),
+        summary_schema: s.map_or(0, |s| s.schema_version),
         error: status.and_then(|st| st.error.clone()),
         policy,
         goodput_bps: s.map(|s| s.totals.goodput_bps),
@@ -172,6 +182,7 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         short_writes: s.map(|s| s.totals.short_writes),
         retransmits: s.map(|s| u64::from(s.totals.retransmits)),
         min_rtt_us: s.and_then(|s| s.min_rtt_us.map(u64::from)),
+        writes_per_rtt: files.writes_per_rtt,
         advance_p50_us: p(|s| &s.advance_notice, |p| p.p50_us),
         invited_after_dry: s.map(|s| s.invited_after_dry),
         cpu_throttled_share: quota["throttled_share"].as_f64(),
@@ -216,40 +227,6 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// The table row a cell belongs to: its configuration plus the axes that vary.
-fn row_key(spec: &MatrixSpec, row: &SummaryRow) -> String {
-    let mut key = row.label.clone();
-    let a = &spec.axes;
-    let mut extra = vec![];
-    if a.write_size.len() > 1 {
-        extra.push(row.write_size.clone());
-    }
-    if a.nodelay.len() > 1 {
-        extra.push(if row.nodelay {
-            "NODELAY".into()
-        } else {
-            "Nagle".into()
-        });
-    }
-    if a.cc.len() > 1 {
-        extra.push(row.cc.clone());
-    }
-    if a.sender_kernel.len() > 1 {
-        extra.push(if row.sender_kernel == "uml" {
-            "patched kernel in UML".into()
-        } else {
-            "host kernel".into()
-        });
-    }
-    if let Some(q) = row.cpu_quota {
-        extra.push(format!("CPU {q}%"));
-    }
-    if !extra.is_empty() {
-        key.push_str(&format!(" ({})", extra.join(", ")));
-    }
-    key
-}
-
 /// Which sojourn estimator is a cell's headline figure (table.md, the progress line, the
 /// goodput-against-sojourn plot). The snd_nxt sampler covers every write and states its
 /// error bound: it is the headline where every run of the cell has it, TX_SCHED (exact +
@@ -284,45 +261,34 @@ impl Headline {
     }
 }
 
-/// One table cell from the rows of its repetitions.
-fn table_cell(rows: &[&SummaryRow]) -> String {
-    let ok: Vec<&&SummaryRow> = rows.iter().filter(|r| r.status == Status::Ok).collect();
+/// One table cell from the runs of its repetitions.
+fn table_cell(g: &Group<'_>) -> String {
+    let ok = g.ok();
     if ok.is_empty() {
-        let r = rows[0];
+        let r = g.runs[0];
         return match &r.error {
             Some(e) => format!("{}: {}", r.status.name(), e.replace('|', "/")),
             None => r.status.name().to_string(),
         };
     }
-    let headline = Headline::of(ok.iter().map(|r| **r));
-    let p50 = median(
-        ok.iter()
-            .filter_map(|r| headline.p50(r))
-            .map(|v| v as f64)
-            .collect(),
-    );
-    let p95 = median(
-        ok.iter()
-            .filter_map(|r| headline.p95(r))
-            .map(|v| v as f64)
-            .collect(),
-    );
-    let gp = median(ok.iter().filter_map(|r| r.goodput_bps).collect());
-    let mut text = match (p50, p95) {
-        (Some(a), Some(b)) => format!("{} / {}", fmt_delay(a as u64), fmt_delay(b as u64)),
-        _ => {
+    let headline = g.headline();
+    let mut text = match aggregate::figures(g) {
+        Some(t) => t,
+        None => {
             let waiting: u64 = ok.iter().map(|r| r.unsent.unwrap_or(0)).sum();
-            if waiting > 0 {
+            let mut t = if waiting > 0 {
                 format!("none of the {waiting} writes after the warm-up left the socket before the run ended")
             } else {
                 "no sojourn measured".into()
+            };
+            if let Some(gp) = g.goodput() {
+                t.push_str(&format!(" @ {}", fmt_rate(gp.median)));
             }
+            t
         }
     };
-    if let Some(g) = gp {
-        text.push_str(&format!(" @ {}", fmt_rate(g)));
-    }
-    if headline == Headline::Sched && p50.is_some() {
+    let measured_any = g.p50().is_some();
+    if headline == Headline::Sched && measured_any {
         text.push_str(" (TX_SCHED)");
     }
     // Say when the figures rest on part of the writes only.
@@ -339,29 +305,28 @@ fn table_cell(rows: &[&SummaryRow]) -> String {
                 + r.unsent.unwrap_or(0)
         })
         .sum();
-    if p50.is_some() && all > 0 && measured * 100 < all * 95 {
+    if measured_any && all > 0 && measured * 100 < all * 95 {
         text.push_str(&format!(
             " (on {measured} of {all} writes: the rest had not left the socket)"
         ));
     }
-    if ok.len() > 1 {
-        text.push_str(&format!(" [median of {} runs]", ok.len()));
+    if g.runs.len() > 1 {
+        text.push_str(&format!(", {}", g.count()));
     }
     text
 }
 
 /// table.md in the report's layout: rows = sender configuration, columns = rate,
-/// cells "median / p95 @ goodput".
+/// cells "median / p95 @ goodput", each the median over the cell's runs with the range
+/// (smallest–largest run) when it has more than one.
 pub fn table_md(spec: &MatrixSpec, rows: &[SummaryRow]) -> String {
     let rates: Vec<String> = spec.axes.rate.clone();
-    let mut keys: Vec<String> = vec![];
-    let mut by: BTreeMap<(String, String), Vec<&SummaryRow>> = BTreeMap::new();
-    for r in rows {
-        let k = row_key(spec, r);
-        if !keys.contains(&k) {
-            keys.push(k.clone());
+    let groups = aggregate::groups(spec, rows);
+    let mut keys: Vec<&str> = vec![];
+    for g in &groups {
+        if !keys.contains(&g.row.as_str()) {
+            keys.push(&g.row);
         }
-        by.entry((k, r.rate.clone())).or_default().push(r);
     }
     let mut out = String::new();
     let _ = writeln!(
@@ -378,20 +343,70 @@ pub fn table_md(spec: &MatrixSpec, rows: &[SummaryRow]) -> String {
         let cells: Vec<String> = rates
             .iter()
             .map(|rate| {
-                by.get(&(k.clone(), rate.clone()))
-                    .map_or("—".into(), |rs| table_cell(rs))
+                groups
+                    .iter()
+                    .find(|g| g.row == *k && g.rate == *rate)
+                    .map_or("—".into(), table_cell)
             })
             .collect();
         let _ = writeln!(out, "| {} | {} |", k, cells.join(" | "));
     }
-    out.push_str("\nCells: median / p95 source queueing delay of the writes after the warm-up @ goodput (acknowledged bytes after the warm-up). Delay = write → departure of its last byte from the socket, from the snd_nxt sampler (every write, bracketed; error bounds below); cells marked (TX_SCHED) come from TX_SCHED reports (exact and coalesced writes) because the run had no sampler.\n");
+    out.push_str("\nCells: median / p95 source queueing delay of the writes after the warm-up @ goodput (bytes that entered the network after the warm-up and were acknowledged by the end of writing, over that time). Delay = write → departure of its last byte from the socket, from the snd_nxt sampler (every write, bracketed; error bounds below); cells marked (TX_SCHED) come from TX_SCHED reports (exact and coalesced writes) because the run had no sampler. With several runs of a cell (n), each figure is the median of the runs' figures, with the smallest and largest run in brackets.\n");
+    if rows
+        .iter()
+        .any(|r| r.status == Status::Ok && r.summary_schema < 2)
+    {
+        out.push_str("\nSome cells were measured by an sbm whose summary counted, as goodput, every byte acknowledged after the warm-up (summary schema 1), bytes already in flight at its end included; schema 2 counts only bytes that entered the network after it (README, `totals.goodput_bps`). Column `summary_schema` of summary.csv says which.\n");
+    }
+    out.push_str(&path_md(spec));
     for rate in &rates {
         if let Some(note) = spec.rates.get(rate).and_then(|o| o.note.as_ref()) {
             let _ = writeln!(out, "\n{}: {note}", rate_header(rate));
         }
     }
+    out.push_str(&aggregate::against_report_md(spec, &groups));
     out.push_str(&estimators_md(rows));
     out
+}
+
+/// The path as installed: RTT, and per rate the bottleneck queue in bytes and in time
+/// at the rate, saying where the queue asked for was raised to the floor.
+fn path_md(spec: &MatrixSpec) -> String {
+    let Ok(queue) = crate::units::parse_duration(&spec.path.queue) else {
+        return String::new();
+    };
+    let mut parts = vec![];
+    for rate in &spec.axes.rate {
+        let Ok(Some(rate_bps)) = super::spec::parse_rate(rate) else {
+            continue;
+        };
+        let b = crate::testbed::plan::Bottleneck { rate_bps, queue };
+        let drain = b.drain_time().as_micros() as u64;
+        parts.push(if b.raised_to_floor() {
+            format!(
+                "{} {} B ({} at the rate: the {} asked for is under four full packets, the floor)",
+                rate_header(rate),
+                b.limit_bytes(),
+                fmt_delay(drain),
+                spec.path.queue
+            )
+        } else {
+            format!(
+                "{} {} B ({})",
+                rate_header(rate),
+                b.limit_bytes(),
+                fmt_delay(drain)
+            )
+        });
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nPath: RTT {}, bottleneck queue as installed: {}.\n",
+        spec.path.rtt,
+        parts.join("; ")
+    )
 }
 
 fn opt_delay(v: Option<u64>) -> String {
@@ -434,7 +449,7 @@ pub fn estimators_md(rows: &[SummaryRow]) -> String {
     out
 }
 
-fn rate_header(rate: &str) -> String {
+pub fn rate_header(rate: &str) -> String {
     match super::spec::parse_rate(rate) {
         Ok(Some(bps)) => fmt_rate(bps as f64)
             .replace(".00 Mb/s", " Mb/s")
@@ -445,9 +460,10 @@ fn rate_header(rate: &str) -> String {
 
 /// Sojourns (ms) of a cell's measured writes after the warm-up, with their write times.
 fn cell_sojourns(dir: &Path) -> Vec<(f64, f64)> {
-    let Ok(mut r) = csv::Reader::from_path(dir.join("writes.csv")) else {
+    let Ok(file) = compressed::open(&dir.join("writes.csv")) else {
         return vec![];
     };
+    let mut r = csv::Reader::from_reader(file);
     let headers = r.headers().cloned().unwrap_or_default();
     let idx = |name: &str| headers.iter().position(|h| h == name);
     let (Some(iw), Some(is), Some(iwu)) = (idx("write_ns"), idx("sojourn_us"), idx("warmup"))
@@ -497,7 +513,8 @@ fn interval_series(dir: &Path, column: &str, scale: f64) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Writes summary.csv, table.md and the plots into `run_dir`.
+/// Writes summary.csv (one row per run), aggregates.csv (one row per table cell, over its
+/// runs), table.md and the plots into `run_dir`.
 pub fn write_all(run_dir: &Path, spec: &MatrixSpec, cells: &[Cell]) -> Result<String, String> {
     let mut rows = vec![];
     for c in cells {
@@ -506,6 +523,13 @@ pub fn write_all(run_dir: &Path, spec: &MatrixSpec, cells: &[Cell]) -> Result<St
     let mut w = csv::Writer::from_path(run_dir.join("summary.csv")).map_err(|e| e.to_string())?;
     for r in &rows {
         w.serialize(r).map_err(|e| e.to_string())?;
+    }
+    w.flush().map_err(|e| e.to_string())?;
+    let mut w =
+        csv::Writer::from_path(run_dir.join("aggregates.csv")).map_err(|e| e.to_string())?;
+    for g in aggregate::groups(spec, &rows) {
+        w.serialize(aggregate::aggregate_row(&g))
+            .map_err(|e| e.to_string())?;
     }
     w.flush().map_err(|e| e.to_string())?;
     let table = table_md(spec, &rows);
@@ -547,7 +571,9 @@ fn write_plots(
             .enumerate()
             .filter(|(_, (c, _))| &c.rate == rate)
         {
-            let entry = by_row.entry(row_key(spec, r)).or_insert((i, vec![]));
+            let entry = by_row
+                .entry(aggregate::row_key(spec, r))
+                .or_insert((i, vec![]));
             entry.1.extend(
                 cell_sojourns(&run_dir.join(&c.name))
                     .into_iter()
@@ -772,6 +798,7 @@ mod tests {
             cpu_quota: None,
             repetition: 1,
             status: Status::Ok,
+            summary_schema: 2,
             error: None,
             policy: None,
             goodput_bps: Some(gp),
@@ -791,6 +818,7 @@ mod tests {
             short_writes: None,
             retransmits: None,
             min_rtt_us: None,
+            writes_per_rtt: None,
             advance_p50_us: None,
             invited_after_dry: None,
             cpu_throttled_share: None,
@@ -836,6 +864,43 @@ mod tests {
         let t = table_md(&spec, &[sampled]);
         assert!(t.contains("| c | 23 ms / 40 ms @ 1.90 Mb/s |"), "{t}");
         assert!(t.contains("| 2mbit-c | 23 ms / 40 ms (± 0.5 ms) |"), "{t}");
+    }
+
+    #[test]
+    fn repetitions_show_median_range_and_n_and_the_report_against_the_spread() {
+        let spec = MatrixSpec::parse(
+            "repetitions = 3\n[axes]\nconfig = [\"a\", \"b\"]\n[configs.a]\nreport = { \"2mbit\" = { p50 = \"0.28s\", goodput = \"1.88mbit\" } }\n[configs.b]\nreport = { \"2mbit\" = { p50 = \"0.61s\" } }\n",
+        )
+        .unwrap();
+        let mut rows = vec![];
+        for (p50, gp) in [(270_000, 1.90e6), (300_000, 1.91e6), (250_000, 1.92e6)] {
+            rows.push(row("a", "2mbit", p50, p50 + 100_000, gp));
+        }
+        for p50 in [700_000, 720_000, 800_000] {
+            rows.push(row("b", "2mbit", p50, p50, 1.9e6));
+        }
+        let mut failed = row("b", "2mbit", 0, 0, 0.0);
+        failed.status = Status::Failed;
+        rows.push(failed);
+        let t = table_md(&spec, &rows);
+        assert!(
+            t.contains("| a | 270 ms (250 ms–300 ms) / 370 ms (350 ms–400 ms) @ 1.91 Mb/s (1.90 Mb/s–1.92 Mb/s) (TX_SCHED), n = 3 |"),
+            "{t}"
+        );
+        assert!(t.contains("(TX_SCHED), n = 3 of 4 |"), "{t}");
+        assert!(t.contains("median: inside ours 270 ms (250 ms–300 ms); goodput: below ours 1.91 Mb/s (1.90 Mb/s–1.92 Mb/s) (ours 1.02 × the report)"), "{t}");
+        assert!(
+            t.contains("median: below ours 720 ms (700 ms–800 ms) (ours 1.18 × the report)"),
+            "{t}"
+        );
+        let groups = aggregate::groups(&spec, &rows);
+        let a = aggregate::aggregate_row(&groups[0]);
+        assert_eq!((a.runs, a.ok), (3, 3));
+        assert_eq!(
+            (a.p50_median_us, a.p50_min_us, a.p50_max_us),
+            (Some(270_000.0), Some(250_000.0), Some(300_000.0))
+        );
+        assert_eq!(aggregate::aggregate_row(&groups[1]).ok, 3);
     }
 
     #[test]

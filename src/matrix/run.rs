@@ -692,6 +692,16 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
                 dir.join("cell.json"),
                 serde_json::to_string_pretty(&st).unwrap_or_default() + "\n",
             );
+            // Between cells, never beside a measurement: the per-write files are stored
+            // compressed (readers open them by the plain name either way).
+            for name in crate::report::compressed::PER_WRITE_FILES {
+                if let Err(e) = crate::report::compressed::compress(&dir.join(name)) {
+                    crate::say!(
+                        "sbm-matrix: {}: left uncompressed: {e}",
+                        dir.join(name).display()
+                    );
+                }
+            }
             left = left.saturating_sub(estimate(&spec, cell));
             let row = report::summary_row(cell, &report::CellFiles::read(&dir));
             // The same estimator as table.md.

@@ -46,6 +46,54 @@ pub struct ConfigSpec {
     /// sysctls set inside a UML sender guest, `NAME=VALUE` (sender_kernel = "uml" only),
     /// e.g. `net.ipv4.tcp_replenish_submss=0`.
     pub guest_sysctls: Vec<String>,
+    /// The implementation report's figures for this row, keyed like `axes.rate`: table.md
+    /// says whether each lies inside the spread of this run's repetitions.
+    pub report: BTreeMap<String, ReportFigure>,
+}
+
+/// A figure from the implementation report for one cell (each part optional).
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportFigure {
+    /// Median source queueing delay, a duration (`"0.28s"`).
+    pub p50: Option<String>,
+    /// 95th percentile, a duration.
+    pub p95: Option<String>,
+    /// Goodput, a rate (`"1.88mbit"`).
+    pub goodput: Option<String>,
+    /// What the report says in words, shown beside the figures.
+    pub text: Option<String>,
+}
+
+/// A ReportFigure with its units parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ReportValues {
+    pub p50_us: Option<u64>,
+    pub p95_us: Option<u64>,
+    pub goodput_bps: Option<u64>,
+}
+
+impl ReportFigure {
+    pub fn values(&self) -> Result<ReportValues, SpecError> {
+        let us = |what: &str, v: &Option<String>| -> Result<Option<u64>, SpecError> {
+            v.as_deref()
+                .map(|d| dur(what, d).map(|d| d.as_micros() as u64))
+                .transpose()
+        };
+        let goodput = self
+            .goodput
+            .as_deref()
+            .map(|r| {
+                units::parse_rate_bps(r)
+                    .map_err(|e| SpecError::Invalid(format!("report goodput: {e}")))
+            })
+            .transpose()?;
+        Ok(ReportValues {
+            p50_us: us("report p50", &self.p50)?,
+            p95_us: us("report p95", &self.p95)?,
+            goodput_bps: goodput,
+        })
+    }
 }
 
 /// The UML sender guest of `sender_kernel = "uml"` cells.
@@ -344,6 +392,16 @@ impl MatrixSpec {
                     )));
                 }
             }
+            for (r, figure) in &c.report {
+                if !a.rate.contains(r) {
+                    return Err(SpecError::Invalid(format!(
+                        "configs.{name}.report names rate '{r}', which is not in axes.rate"
+                    )));
+                }
+                figure.values().map_err(|e| {
+                    SpecError::Invalid(format!("configs.{name}.report.\"{r}\": {e}"))
+                })?;
+            }
         }
         for (r, o) in &self.rates {
             if !a.rate.contains(r) {
@@ -385,7 +443,10 @@ impl MatrixSpec {
         })
     }
 
-    /// The cross product of the axes, less exclusions, in table order (rate, then config).
+    /// The cross product of the axes, less exclusions, in run order: round by round (one
+    /// repetition of every cell per round), the first round in table order (rate, then
+    /// config) and each later round rotated by one more cell, so that a slow drift of the
+    /// machine spreads over every cell instead of landing on the cells run last.
     pub fn cells(&self) -> Result<Vec<Cell>, SpecError> {
         self.validate()?;
         let a = &self.axes;
@@ -394,7 +455,7 @@ impl MatrixSpec {
         } else {
             a.cpu_quota.iter().copied().map(Some).collect()
         };
-        let mut cells = vec![];
+        let mut groups = vec![];
         for rate in &a.rate {
             let over = self.rates.get(rate).cloned().unwrap_or_default();
             for config in &a.config {
@@ -412,11 +473,8 @@ impl MatrixSpec {
                                         sender_kernel,
                                         cpu_quota,
                                     };
-                                    if self.excluded(&key) {
-                                        continue;
-                                    }
-                                    for rep in 1..=self.repetitions {
-                                        cells.push(self.cell(&key, &over, rep)?);
+                                    if !self.excluded(&key) {
+                                        groups.push((key, over.clone()));
                                     }
                                 }
                             }
@@ -425,8 +483,16 @@ impl MatrixSpec {
                 }
             }
         }
-        if cells.is_empty() {
+        if groups.is_empty() {
             return Err(SpecError::Invalid("every cell is excluded".into()));
+        }
+        let mut cells = Vec::with_capacity(groups.len() * self.repetitions as usize);
+        for rep in 1..=self.repetitions {
+            let shift = (rep as usize - 1) % groups.len();
+            for i in 0..groups.len() {
+                let (key, over) = &groups[(i + shift) % groups.len()];
+                cells.push(self.cell(key, over, rep)?);
+            }
         }
         Ok(cells)
     }
@@ -585,6 +651,29 @@ mod tests {
     }
 
     #[test]
+    fn repetitions_are_interleaved_with_the_order_rotated_per_round() {
+        let m = MatrixSpec::parse(
+            "repetitions = 3\n[axes]\nconfig = [\"a\", \"b\", \"c\"]\n[configs.a]\n[configs.b]\n[configs.c]\n",
+        )
+        .unwrap();
+        let names: Vec<String> = m.cells().unwrap().into_iter().map(|c| c.name).collect();
+        assert_eq!(
+            names,
+            [
+                "2mbit-a-r1",
+                "2mbit-b-r1",
+                "2mbit-c-r1",
+                "2mbit-b-r2",
+                "2mbit-c-r2",
+                "2mbit-a-r2",
+                "2mbit-c-r3",
+                "2mbit-a-r3",
+                "2mbit-b-r3",
+            ]
+        );
+    }
+
+    #[test]
     fn uml_cells_carry_quota_and_guest_sysctls() {
         let m = MatrixSpec::parse(
             "[axes]\nsender_kernel = [\"uml\"]\ncpu_quota = [100, 35]\nconfig = [\"off\"]\n[configs.off]\nguest_sysctls = [\"net.ipv4.tcp_replenish_submss=0\"]\n[[exclude]]\ncpu_quota = 100\nconfig = \"off\"\n",
@@ -615,6 +704,14 @@ mod tests {
             ("[[exclude]]\nrate = \"2mbit\"", "every cell is excluded"),
             ("[rates.\"5mbit\"]\nduration = \"1s\"", "not in axes.rate"),
             ("[axes]\nsender_kernel = [\"vm\"]", "host or uml"),
+            (
+                "[configs.x]\nreport = { \"2mbit\" = { p50 = \"fast\" } }\n[axes]\nconfig = [\"x\"]",
+                "configs.x.report",
+            ),
+            (
+                "[configs.x]\nreport = { \"9mbit\" = { p50 = \"1s\" } }\n[axes]\nconfig = [\"x\"]",
+                "not in axes.rate",
+            ),
             ("[axes]\ncpu_quota = [50]", "sender_kernel = [\"uml\"]"),
             (
                 "[axes]\nsender_kernel = [\"uml\"]\ncpu_quota = [0]",

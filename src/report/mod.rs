@@ -1,6 +1,7 @@
 //! Output schemas and writers. One serde struct per row or document: the struct *is* the
 //! schema, and README.md's column reference documents every field (a test checks it).
 
+pub mod compressed;
 pub mod csv_file;
 pub mod csv_row;
 pub mod human;

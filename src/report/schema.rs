@@ -230,8 +230,16 @@ pub struct Totals {
     pub would_block: u64,
     pub invitations: u64,
     pub retransmits: u32,
-    /// Acked bytes per second after the warm-up, up to the end of writing.
+    /// `goodput_bytes` over `goodput_window_s`, in bits per second (schema 2; schema 1 had
+    /// every byte acknowledged in the window, which counted bytes already in flight when
+    /// the warm-up ended and could exceed the bottleneck).
     pub goodput_bps: f64,
+    /// Bytes that entered the network after the warm-up ended (beyond snd_nxt at that
+    /// instant) and were acknowledged by the end of writing: every one of them crossed the
+    /// bottleneck inside the window.
+    pub goodput_bytes: u64,
+    /// From the end of the warm-up to the end of writing, s.
+    pub goodput_window_s: f64,
 }
 
 /// Rows per attribution state of their SCHED time (after warm-up and in all).
@@ -412,7 +420,7 @@ pub struct SinkReply {
 
 /// The version of summary.json's layout. Raised when a field changes meaning or goes;
 /// new fields are added with defaults, so older summaries still read.
-pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
+pub const SUMMARY_SCHEMA_VERSION: u32 = 2;
 
 /// summary.json of sbm-send.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -21,9 +21,24 @@ pub struct Bottleneck {
 impl Bottleneck {
     /// rate × queue, at least four full packets (at 100 kb/s, 200 ms is only 2500 B).
     pub fn limit_bytes(&self) -> u64 {
-        let by_time =
-            (u128::from(self.rate_bps) * self.queue.as_nanos() / 8 / 1_000_000_000) as u64;
-        by_time.max(4 * FULL_PACKET)
+        self.queue_bytes_asked().max(4 * FULL_PACKET)
+    }
+
+    /// Whether the queue asked for was smaller than the four-packet floor and was raised.
+    pub fn raised_to_floor(&self) -> bool {
+        self.limit_bytes() > self.queue_bytes_asked()
+    }
+
+    fn queue_bytes_asked(&self) -> u64 {
+        (u128::from(self.rate_bps) * self.queue.as_nanos() / 8 / 1_000_000_000) as u64
+    }
+
+    /// How long the installed queue (`limit_bytes`) takes to drain at the rate.
+    pub fn drain_time(&self) -> Duration {
+        Duration::from_nanos(
+            (u128::from(self.limit_bytes()) * 8 * 1_000_000_000 / u128::from(self.rate_bps.max(1)))
+                as u64,
+        )
     }
 
     /// HTB burst: at least one tick's worth at the rate and two full packets.
@@ -123,6 +138,9 @@ mod tests {
             queue: Duration::from_millis(200),
         };
         assert_eq!(slow.limit_bytes(), 4 * 1514); // 2500 B by time
+        assert!(slow.raised_to_floor() && !two_m.raised_to_floor());
+        assert_eq!(slow.drain_time(), Duration::from_micros(484_480));
+        assert_eq!(two_m.drain_time(), Duration::from_millis(200));
         let fast = Bottleneck {
             rate_bps: 86_000_000,
             queue: Duration::from_millis(200),

@@ -76,8 +76,14 @@ pub struct Status {
     pub one_way_delay_ms: f64,
     /// null = no bottleneck.
     pub rate_bps: Option<u64>,
+    /// The queue asked for, in time at the rate.
     pub queue_ms: f64,
+    /// The queue installed (the bottleneck FIFO's limit).
     pub queue_bytes: Option<u64>,
+    /// How long the installed queue takes to drain at the rate.
+    pub queue_drain_ms: Option<f64>,
+    /// Whether the queue asked for was under the four-packet floor and was raised to it.
+    pub queue_raised_to_floor: Option<bool>,
     pub shape_at: ShapeAt,
     pub shape_dev: String,
     pub delay_impl: DelayImpl,
@@ -135,6 +141,9 @@ pub fn collect(state: &State) -> Status {
         (vec![], vec![])
     };
     let queue = std::time::Duration::from_micros(state.queue_us);
+    let bottleneck = state
+        .rate_bps
+        .map(|rate_bps| super::plan::Bottleneck { rate_bps, queue });
     Status {
         prefix: state.prefix.clone(),
         up: n.all().iter().all(|x| wan::netns_exists(x)),
@@ -156,9 +165,9 @@ pub fn collect(state: &State) -> Status {
         one_way_delay_ms: state.rtt_us as f64 / 2e3,
         rate_bps: state.rate_bps,
         queue_ms: state.queue_us as f64 / 1e3,
-        queue_bytes: state
-            .rate_bps
-            .map(|r| super::plan::Bottleneck { rate_bps: r, queue }.limit_bytes()),
+        queue_bytes: bottleneck.map(|b| b.limit_bytes()),
+        queue_drain_ms: bottleneck.map(|b| b.drain_time().as_secs_f64() * 1e3),
+        queue_raised_to_floor: bottleneck.map(|b| b.raised_to_floor()),
         shape_at: state.shape_at,
         shape_dev: format!("{ns}:{dev}"),
         delay_impl: state.delay_impl,
@@ -170,13 +179,26 @@ pub fn collect(state: &State) -> Status {
     }
 }
 
+/// `50000 B queue (200 ms)`, or with the floor: `6056 B queue (484 ms at the rate; 200 ms
+/// asked, raised to four full packets)`.
+fn queue_text(s: &Status) -> String {
+    match (s.queue_bytes, s.queue_drain_ms) {
+        (Some(bytes), Some(ms)) if s.queue_raised_to_floor == Some(true) => format!(
+            "{bytes} B queue ({ms:.0} ms at the rate; {:.0} ms asked, raised to four full packets)",
+            s.queue_ms
+        ),
+        (Some(bytes), Some(ms)) => format!("{bytes} B queue ({ms:.0} ms)"),
+        _ => format!("{:.0} ms queue", s.queue_ms),
+    }
+}
+
 /// A few human lines.
 pub fn human(s: &Status) -> String {
     let rate = s.rate_bps.map_or("off".into(), |r| {
         crate::units::BitRate(r as f64).to_string()
     });
     let mut out = format!(
-        "test bed '{}': {} — owner {} ({})\n  {} ({}) — {} — {} ({})\n  rtt {:.1} ms ({} delay, {:.1} ms each way), bottleneck {} with {:.0} ms queue at {}",
+        "test bed '{}': {} — owner {} ({})\n  {} ({}) — {} — {} ({})\n  rtt {:.1} ms ({} delay, {:.1} ms each way), bottleneck {} with {} at {}",
         s.prefix,
         if s.healthy { "healthy" } else if s.up { "BROKEN" } else { "down" },
         s.owner_pid,
@@ -193,7 +215,7 @@ pub fn human(s: &Status) -> String {
         },
         s.one_way_delay_ms,
         rate,
-        s.queue_ms,
+        queue_text(s),
         s.shape_dev
     );
     for q in &s.nfnetlink_queue {

@@ -330,8 +330,11 @@ pub fn ctrl_c_mid_second_cell(matrix: &Path, out: &Path, prefix: &str, patience:
 
 pub type Row = HashMap<String, String>;
 
+/// Rows of a CSV by its plain name, stored plain or xz-compressed (matrix cells).
 pub fn read_csv(path: &Path) -> Vec<Row> {
-    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let file =
+        sbm::report::compressed::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut r = csv::Reader::from_reader(file);
     let headers = r.headers().unwrap().clone();
     r.records()
         .map(|rec| {
@@ -346,7 +349,7 @@ pub fn read_csv(path: &Path) -> Vec<Row> {
 }
 
 pub fn csv_headers(path: &Path) -> Vec<String> {
-    let mut r = csv::Reader::from_path(path).unwrap();
+    let mut r = csv::Reader::from_reader(sbm::report::compressed::open(path).unwrap());
     r.headers().unwrap().iter().map(str::to_string).collect()
 }
 

@@ -223,7 +223,8 @@ struct Sender<'a> {
     prev_info: TcpInfo,
     /// tcpi_bytes_acked before the first write: Linux counts the SYN as one acked byte.
     acked_base: u64,
-    /// Data bytes acked and time when the warm-up ended (goodput baseline).
+    /// When the warm-up ended and the data bytes that had entered the network by then
+    /// (goodput counts only bytes beyond them).
     warmup_mark: Option<(Duration, u64)>,
     write_end: Option<(Duration, TcpInfo)>,
     first_write: Option<Duration>,
@@ -264,6 +265,16 @@ impl<'a> Sender<'a> {
         info.bytes_acked
             .unwrap_or(0)
             .saturating_sub(self.acked_base)
+    }
+
+    /// Data bytes that have entered the network (up to snd_nxt): written less what the
+    /// kernel still holds unsent. Retransmissions do not count again.
+    fn data_sent(&self, info: &TcpInfo) -> u64 {
+        let unsent = info.notsent_bytes.map_or(0, u64::from);
+        self.ledger
+            .written()
+            .saturating_sub(unsent)
+            .max(self.data_acked(info))
     }
 
     fn tcp_info(&self) -> Result<TcpInfo, SysError> {
@@ -481,7 +492,7 @@ impl<'a> Sender<'a> {
             if self.phase == Phase::Writing {
                 if self.warmup_mark.is_none() && now >= self.cfg.warmup {
                     if let Ok(info) = self.tcp_info() {
-                        self.warmup_mark = Some((now, self.data_acked(&info)));
+                        self.warmup_mark = Some((now, self.data_sent(&info)));
                     }
                 }
                 if let Some(why) = self.writing_limit_reached(now) {

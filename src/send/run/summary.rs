@@ -90,8 +90,10 @@ impl Sender<'_> {
             .clone()
             .unwrap_or_else(|| (self.elapsed(), info.clone().unwrap_or_default()));
         let start_at = self.first_write.unwrap_or(Duration::ZERO);
-        let (goodput_from, acked_from) = self.warmup_mark.unwrap_or((Duration::ZERO, 0));
+        let (goodput_from, sent_before) = self.warmup_mark.unwrap_or((Duration::ZERO, 0));
         let acked_end = self.data_acked(&end_info);
+        let goodput_bytes = acked_end.saturating_sub(sent_before);
+        let goodput_window = end_at.saturating_sub(goodput_from);
         let totals = Totals {
             duration_s: end_at.saturating_sub(start_at).as_secs_f64(),
             bytes_written: self.run.tally.bytes_written,
@@ -101,10 +103,9 @@ impl Sender<'_> {
             would_block: self.run.tally.would_block,
             invitations: self.run.tally.invitations,
             retransmits: info.as_ref().map_or(0, |i| i.total_retrans),
-            goodput_bps: units::bits_per_second(
-                acked_end.saturating_sub(acked_from),
-                end_at.saturating_sub(goodput_from),
-            ),
+            goodput_bps: units::bits_per_second(goodput_bytes, goodput_window),
+            goodput_bytes,
+            goodput_window_s: goodput_window.as_secs_f64(),
         };
         let cfg = self.cfg;
         let summary = SendSummary {

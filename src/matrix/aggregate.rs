@@ -1,0 +1,340 @@
+//! The repetitions of one table cell taken together: how many ran, and the median, minimum
+//! and maximum of each run's headline figures (aggregates.csv, table.md), and where the
+//! implementation report's figure for the cell lies against that spread.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::report::{fmt_delay, fmt_rate, Headline, Status, SummaryRow};
+use super::spec::{MatrixSpec, ReportValues};
+
+/// n values summarised by their median and range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub n: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Where a value lies against a spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    Below,
+    Inside,
+    Above,
+}
+
+impl Spread {
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let mut v: Vec<f64> = values.into_iter().collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Spread {
+            n,
+            median,
+            min: v[0],
+            max: v[n - 1],
+        })
+    }
+
+    pub fn place(&self, x: f64) -> Place {
+        if x < self.min {
+            Place::Below
+        } else if x > self.max {
+            Place::Above
+        } else {
+            Place::Inside
+        }
+    }
+
+    /// `275 ms (250 ms–300 ms)`, or the median alone for one run.
+    fn show(&self, fmt: impl Fn(f64) -> String) -> String {
+        if self.n > 1 {
+            format!("{} ({}–{})", fmt(self.median), fmt(self.min), fmt(self.max))
+        } else {
+            fmt(self.median)
+        }
+    }
+}
+
+fn delay(us: f64) -> String {
+    fmt_delay(us.round() as u64)
+}
+
+/// The table row a cell belongs to: its configuration plus the axes that vary.
+pub fn row_key(spec: &MatrixSpec, row: &SummaryRow) -> String {
+    let mut key = row.label.clone();
+    let a = &spec.axes;
+    let mut extra = vec![];
+    if a.write_size.len() > 1 {
+        extra.push(row.write_size.clone());
+    }
+    if a.nodelay.len() > 1 {
+        extra.push(if row.nodelay {
+            "NODELAY".into()
+        } else {
+            "Nagle".into()
+        });
+    }
+    if a.cc.len() > 1 {
+        extra.push(row.cc.clone());
+    }
+    if a.sender_kernel.len() > 1 {
+        extra.push(if row.sender_kernel == "uml" {
+            "patched kernel in UML".into()
+        } else {
+            "host kernel".into()
+        });
+    }
+    if let Some(q) = row.cpu_quota {
+        extra.push(format!("CPU {q}%"));
+    }
+    if !extra.is_empty() {
+        key.push_str(&format!(" ({})", extra.join(", ")));
+    }
+    key
+}
+
+/// The runs of one table cell (one row key at one rate), every repetition.
+#[derive(Debug)]
+pub struct Group<'a> {
+    pub row: String,
+    pub rate: String,
+    pub config: String,
+    pub runs: Vec<&'a SummaryRow>,
+}
+
+impl<'a> Group<'a> {
+    pub fn ok(&self) -> Vec<&'a SummaryRow> {
+        self.runs
+            .iter()
+            .copied()
+            .filter(|r| r.status == Status::Ok)
+            .collect()
+    }
+
+    pub fn headline(&self) -> Headline {
+        Headline::of(self.ok())
+    }
+
+    pub fn p50(&self) -> Option<Spread> {
+        let h = self.headline();
+        Spread::of(self.ok().iter().filter_map(|r| h.p50(r)).map(|v| v as f64))
+    }
+
+    pub fn p95(&self) -> Option<Spread> {
+        let h = self.headline();
+        Spread::of(self.ok().iter().filter_map(|r| h.p95(r)).map(|v| v as f64))
+    }
+
+    pub fn goodput(&self) -> Option<Spread> {
+        Spread::of(self.ok().iter().filter_map(|r| r.goodput_bps))
+    }
+
+    pub fn writes_per_rtt(&self) -> Option<Spread> {
+        Spread::of(self.ok().iter().filter_map(|r| r.writes_per_rtt))
+    }
+
+    /// `n = 5`, or `n = 4 of 5` when some runs did not finish.
+    pub fn count(&self) -> String {
+        let ok = self.ok().len();
+        if ok == self.runs.len() {
+            format!("n = {ok}")
+        } else {
+            format!("n = {ok} of {}", self.runs.len())
+        }
+    }
+}
+
+/// Every table cell's runs, rows in the order they first appear, rates in axis order.
+pub fn groups<'a>(spec: &MatrixSpec, rows: &'a [SummaryRow]) -> Vec<Group<'a>> {
+    let mut keys: Vec<String> = vec![];
+    let mut by: BTreeMap<(String, String), Vec<&SummaryRow>> = BTreeMap::new();
+    for r in rows {
+        let k = row_key(spec, r);
+        if !keys.contains(&k) {
+            keys.push(k.clone());
+        }
+        by.entry((k, r.rate.clone())).or_default().push(r);
+    }
+    let mut out = vec![];
+    for k in keys {
+        for rate in &spec.axes.rate {
+            if let Some(runs) = by.remove(&(k.clone(), rate.clone())) {
+                out.push(Group {
+                    row: k.clone(),
+                    rate: rate.clone(),
+                    config: runs[0].config.clone(),
+                    runs,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// aggregates.csv: one row per table cell, over its repetitions.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AggregateRow {
+    pub row: String,
+    pub rate: String,
+    pub config: String,
+    pub runs: usize,
+    pub ok: usize,
+    /// sampled | tx_sched: which estimator the delay columns come from
+    pub estimator: &'static str,
+    pub p50_median_us: Option<f64>,
+    pub p50_min_us: Option<f64>,
+    pub p50_max_us: Option<f64>,
+    pub p95_median_us: Option<f64>,
+    pub p95_min_us: Option<f64>,
+    pub p95_max_us: Option<f64>,
+    pub goodput_median_bps: Option<f64>,
+    pub goodput_min_bps: Option<f64>,
+    pub goodput_max_bps: Option<f64>,
+    pub writes_per_rtt_median: Option<f64>,
+    pub writes_per_rtt_min: Option<f64>,
+    pub writes_per_rtt_max: Option<f64>,
+}
+
+pub fn aggregate_row(g: &Group<'_>) -> AggregateRow {
+    let (p50, p95, gp, wpr) = (g.p50(), g.p95(), g.goodput(), g.writes_per_rtt());
+    AggregateRow {
+        row: g.row.clone(),
+        rate: g.rate.clone(),
+        config: g.config.clone(),
+        runs: g.runs.len(),
+        ok: g.ok().len(),
+        estimator: match g.headline() {
+            Headline::Sampled => "sampled",
+            Headline::Sched => "tx_sched",
+        },
+        p50_median_us: p50.map(|s| s.median),
+        p50_min_us: p50.map(|s| s.min),
+        p50_max_us: p50.map(|s| s.max),
+        p95_median_us: p95.map(|s| s.median),
+        p95_min_us: p95.map(|s| s.min),
+        p95_max_us: p95.map(|s| s.max),
+        goodput_median_bps: gp.map(|s| s.median),
+        goodput_min_bps: gp.map(|s| s.min),
+        goodput_max_bps: gp.map(|s| s.max),
+        writes_per_rtt_median: wpr.map(|s| s.median),
+        writes_per_rtt_min: wpr.map(|s| s.min),
+        writes_per_rtt_max: wpr.map(|s| s.max),
+    }
+}
+
+/// The delay and goodput part of a table cell: medians of the runs' figures with their
+/// range when there is more than one run.
+pub fn figures(g: &Group<'_>) -> Option<String> {
+    let (p50, p95) = (g.p50()?, g.p95()?);
+    let mut text = format!("{} / {}", p50.show(delay), p95.show(delay));
+    if let Some(gp) = g.goodput() {
+        text.push_str(&format!(" @ {}", gp.show(fmt_rate)));
+    }
+    Some(text)
+}
+
+/// "## Against the report": for every cell the matrix file gives a report figure for, the
+/// report's value against this run's spread.
+pub fn against_report_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
+    let mut lines = vec![];
+    for g in groups {
+        let Some(figure) = spec
+            .configs
+            .get(&g.config)
+            .and_then(|c| c.report.get(&g.rate))
+        else {
+            continue;
+        };
+        let values = figure.values().unwrap_or(ReportValues::default());
+        let mut parts = vec![];
+        let mut verdicts = vec![];
+        let mut judge =
+            |what: &str, report: Option<f64>, ours: Option<Spread>, fmt: &dyn Fn(f64) -> String| {
+                let Some(x) = report else { return };
+                parts.push(format!("{what} {}", fmt(x)));
+                verdicts.push(match ours {
+                    None => format!("{what}: not measured here"),
+                    Some(s) if s.n < 2 => format!(
+                        "{what}: ours {} (n = 1, no spread to judge by)",
+                        fmt(s.median)
+                    ),
+                    Some(s) => {
+                        let ratio = s.median / x;
+                        match s.place(x) {
+                            Place::Inside => format!("{what}: inside ours {}", s.show(fmt)),
+                            Place::Below => format!(
+                                "{what}: below ours {} (ours {ratio:.2} × the report)",
+                                s.show(fmt)
+                            ),
+                            Place::Above => format!(
+                                "{what}: above ours {} (ours {ratio:.2} × the report)",
+                                s.show(fmt)
+                            ),
+                        }
+                    }
+                });
+            };
+        judge("median", values.p50_us.map(|v| v as f64), g.p50(), &delay);
+        judge("p95", values.p95_us.map(|v| v as f64), g.p95(), &delay);
+        judge(
+            "goodput",
+            values.goodput_bps.map(|v| v as f64),
+            g.goodput(),
+            &fmt_rate,
+        );
+        let mut report = parts.join(", ");
+        if let Some(t) = &figure.text {
+            if !report.is_empty() {
+                report.push_str("; ");
+            }
+            report.push_str(t);
+        }
+        let verdict = if verdicts.is_empty() {
+            "no figure to compare".to_string()
+        } else {
+            verdicts.join("; ")
+        };
+        lines.push(format!(
+            "| {} | {} | {} | {} | {} |",
+            g.row,
+            super::report::rate_header(&g.rate),
+            report.replace('|', "/"),
+            g.count(),
+            verdict
+        ));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n## Against the report\n\nThe report's figure for a cell is inside our spread when it lies between the smallest and the largest of our runs' figures.\n\n| sender configuration | rate | the report | runs | the report against our runs |\n|---|---|---|---|---|\n{}\n",
+        lines.join("\n")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_and_place() {
+        let s = Spread::of([3.0, 1.0, 2.0, 10.0]).unwrap();
+        assert_eq!((s.n, s.median, s.min, s.max), (4, 2.5, 1.0, 10.0));
+        assert_eq!(s.place(0.5), Place::Below);
+        assert_eq!(s.place(1.0), Place::Inside);
+        assert_eq!(s.place(11.0), Place::Above);
+        assert!(Spread::of([]).is_none());
+    }
+}
