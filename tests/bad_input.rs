@@ -105,6 +105,8 @@ const CASES: &[Case] = &[
     ("sbm-send", &["-c", C, "--no-timestamps", "--sample-interval", "2ms"], 2, "--no-timestamps"),
     ("sbm-send", &["-c", C, "--no-timestamps", "--eor"], 2, "--eor"),
     ("sbm-send", &["-c", C, "--burst", "0"], 2, "--burst"),
+    ("sbm-send", &["-c", C, "--paced-start", "soon"], 2, "--paced-start"),
+    ("sbm-send", &["-c", C, "--paced-start", "5s", "--burst", "4"], 2, "--paced-start"),
     ("sbm-send", &["-c", C, "--burst", "10", "--replenish-time", "15ms"], 2, "--burst"),
     ("sbm-send", &["-c", C, "--trip-times", "-l", "8"], 2, "--trip-times"),
     ("sbm-send", &["-c", C, "--reply-timeout", "0s"], 2, "--reply-timeout"),

@@ -474,6 +474,72 @@ fn sub_mss_notsent_lowat_traps_under_nagle_and_nodelay_frees_it() {
     assert!(share >= 0.80, "with NODELAY: {share:.3} of the bottleneck");
 }
 
+/// `--paced-start`: during the phase exactly one write per smoothed RTT whatever the rule
+/// says (the forced entry into the §6 state), after it the rule's own invitations; with the
+/// sub-MSS clause on the flow leaves the one-write-per-RTT pace and fills the bottleneck.
+#[test]
+fn paced_start_writes_once_per_rtt_then_the_rule_takes_over() {
+    let _g = serial();
+    let bed = Bed::up("ps", &["--rate", "2mbit"]);
+    let (s, out) = bed.transfer_to(&[
+        "-t",
+        "16s",
+        "--warmup",
+        "10s",
+        "--cc",
+        "cubic",
+        "-l",
+        "4KiB",
+        "--replenish-time",
+        "15ms",
+        "--sub-mss-clause",
+        "on",
+        "--paced-start",
+        "6s",
+    ]);
+    assert_eq!(s["config"]["paced_start_s"].as_f64(), Some(6.0));
+    let rows = read_csv(&out.join("writes.csv"));
+    let t0 = num(&rows[0], "write_ns").unwrap() as f64;
+    let at = |r: &Row| (num(r, "write_ns").unwrap() as f64 - t0) / 1e9;
+    let paced: Vec<f64> = rows
+        .iter()
+        .filter(|r| r["invite_reason"] == "paced-start")
+        .map(at)
+        .collect();
+    let rtt_s = s["min_rtt_us"].as_f64().unwrap() / 1e6;
+    // 6 s at one write per smoothed RTT (≥ the 172 ms minimum, a little more with queueing).
+    assert!(
+        (20..=36).contains(&paced.len()),
+        "{} paced writes in 6 s (RTT {rtt_s} s)",
+        paced.len()
+    );
+    let min_gap = paced
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .fold(f64::MAX, f64::min);
+    assert!(
+        min_gap >= 0.9 * rtt_s,
+        "paced writes {min_gap:.3} s apart, under one RTT ({rtt_s} s)"
+    );
+    let last_paced = paced.last().copied().unwrap();
+    assert!(last_paced < 6.1, "a paced write at {last_paced:.2} s");
+    // Before the phase ends no write comes from the rule; after it, every one does.
+    let first_rule = rows
+        .iter()
+        .find(|r| r["invite_reason"] != "paced-start")
+        .map(at)
+        .unwrap();
+    assert!(
+        first_rule >= 5.9,
+        "the rule invited at {first_rule:.2} s, inside the paced phase"
+    );
+    let share = share_of_bottleneck(&s, 2e6);
+    assert!(
+        share >= 0.85,
+        "with the clause on the flow left the paced state: {share:.3} of the bottleneck"
+    );
+}
+
 /// The report's 2 Mb/s REPLENISH_TIME cell, short: emulated 15 ms keeps the sojourn near
 /// the 64 KiB write's own drain time at full rate, woken through NOTSENT_LOWAT.
 #[test]

@@ -723,6 +723,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
                         report::fmt_rate(g)
                     )
                 }
+                (_, _, Some(g)) => format!("no sojourn measured @ {}", report::fmt_rate(g)),
                 _ => "no sojourn measured".into(),
             };
             if tty {

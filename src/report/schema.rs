@@ -213,6 +213,8 @@ pub struct RunConfig {
     pub epoll: Cow<'static, str>,
     /// Writes per kernel-readiness invitation at most (`--burst`; 1 = one per invitation).
     pub burst: u32,
+    /// `--paced-start`: the opening phase of one write per RTT, s.
+    pub paced_start_s: Option<f64>,
     pub timestamps: bool,
     pub drain_timeout_s: Option<f64>,
 }

@@ -158,6 +158,13 @@ pub struct SendArgs {
     #[arg(long, default_value_t = 1, value_parser = parse_burst, value_name = "N")]
     pub burst: u32,
 
+    /// Experiment (the report's §6 trap): for the first DUR, one write per smoothed RTT
+    /// whatever the readiness rule says, then the rule takes over. A forced entry into the
+    /// application-limited state the trap starts from (one write per RTT); use a warm-up of
+    /// at least DUR to leave the phase out of the statistics.
+    #[arg(long, value_parser = units::parse_duration, value_name = "DUR")]
+    pub paced_start: Option<Duration>,
+
     /// Frame the stream into messages (each write-size bytes, header included) that carry
     /// a sequence number and their write time, so that sbm-sink measures each message's
     /// one-way latency; the sender compares its own estimates with it.
@@ -301,6 +308,12 @@ impl SendArgs {
             replenish::check_lowat_combination(self.replenish_impl, self.notsent_lowat)
                 .map_err(|e| e.to_string())?;
         }
+        if self.paced_start.is_some() && self.burst > 1 {
+            return Err(
+                "--paced-start makes exactly one write per RTT: it cannot be combined with --burst"
+                    .into(),
+            );
+        }
         if self.burst > 1 && replenish_time.is_some() {
             return Err(
                 "--burst needs the kernel's own readiness (default or --notsent-lowat): \
@@ -349,6 +362,7 @@ impl SendArgs {
             sample_interval: self.sample_interval,
             eor: self.eor,
             burst: self.burst,
+            paced_start: self.paced_start,
             trip_times: self.trip_times,
             reply_timeout: self.reply_timeout,
             quiet: self.quiet,

@@ -53,6 +53,8 @@ pub struct SendConfig {
     pub eor: bool,
     /// Writes per kernel-readiness invitation at most (1: sbm's one write per invitation).
     pub burst: u32,
+    /// `--paced-start`: one write per smoothed RTT for this long, whatever the rule says.
+    pub paced_start: Option<Duration>,
     /// Frame messages with the wire header so the sink measures one-way latency.
     pub trip_times: bool,
     /// How long to wait for the sink's reply after the last write.

@@ -37,6 +37,7 @@ use crate::tstamp::{
 };
 use crate::{sysinfo, units};
 
+mod paced_start;
 mod summary;
 mod timing;
 mod write_path;
@@ -243,6 +244,8 @@ struct Sender<'a> {
     /// --trip-times: message framing, and what is known of each message.
     framer: Option<Framer>,
     messages: Vec<MessageRecord>,
+    /// --paced-start while its phase lasts.
+    paced: Option<paced_start::PacedStart>,
 }
 
 /// What one write did.
@@ -271,8 +274,10 @@ impl<'a> Sender<'a> {
     /// kernel still holds unsent. Retransmissions do not count again.
     fn data_sent(&self, info: &TcpInfo) -> u64 {
         let unsent = info.notsent_bytes.map_or(0, u64::from);
-        self.ledger
-            .written()
+        // The tally, not the ledger: without timestamps the ledger records no writes.
+        self.run
+            .tally
+            .bytes_written
             .saturating_sub(unsent)
             .max(self.data_acked(info))
     }
@@ -338,7 +343,10 @@ impl<'a> Sender<'a> {
             };
             return Err(EndReason::PeerFailed(why));
         }
-        if flags.contains(EpollFlags::EPOLLOUT) && self.phase == Phase::Writing {
+        if flags.contains(EpollFlags::EPOLLOUT)
+            && self.phase == Phase::Writing
+            && !self.paced_start_active()
+        {
             match self.gate {
                 Gate::Kernel { info_optname: None } => {
                     let threshold = self.cfg.options.notsent_lowat.map(u64::from);
@@ -469,7 +477,11 @@ impl<'a> Sender<'a> {
         let Some((at, info)) = &self.write_end else {
             return Duration::ZERO;
         };
-        let outstanding = self.ledger.written().saturating_sub(self.data_acked(info));
+        let outstanding = self
+            .run
+            .tally
+            .bytes_written
+            .saturating_sub(self.data_acked(info));
         let rate = match info.delivery_rate {
             Some(r) if r > 0 => r as f64,
             _ => self.data_acked(info) as f64 / at.as_secs_f64().max(1e-3),
@@ -544,6 +556,12 @@ impl<'a> Sender<'a> {
             if let Err(reason) = self.sample_if_due() {
                 self.fail(reason);
                 return drain;
+            }
+            if self.phase == Phase::Writing {
+                if let Err(reason) = self.paced_start_step() {
+                    self.fail(reason);
+                    return drain;
+                }
             }
             let mut decide_again = false;
             if self.emulation_due() {
@@ -620,6 +638,9 @@ impl<'a> Sender<'a> {
             }
             if self.warmup_mark.is_none() {
                 next = next.min(self.cfg.warmup.saturating_sub(now));
+            }
+            if let Some(t) = self.paced_start_wake() {
+                next = next.min(t.saturating_sub(now));
             }
             if let Some(t) = self.gate.next_check() {
                 next = next.min(t.saturating_duration_since(Instant::now()));
@@ -749,7 +770,17 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         next_sample: None,
         framer: cfg.trip_times.then(|| Framer::new(cfg.write_size)),
         messages: vec![],
+        paced: cfg.paced_start.map(paced_start::PacedStart::new),
     };
+    if let Some(d) = cfg.paced_start {
+        crate::say!(
+            "paced start: one write per smoothed RTT for {d:?}, whatever the readiness rule says (an experiment: the report's §6 entry)"
+        );
+        // The rule does not invite during the phase.
+        if let Err(e) = s.set_out_interest(false) {
+            s.fail(e);
+        }
+    }
     if !cfg.quiet {
         crate::say!("{}", human::send_interval_header());
     }

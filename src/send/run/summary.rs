@@ -129,6 +129,7 @@ impl Sender<'_> {
                 warmup_s: cfg.warmup.as_secs_f64(),
                 epoll: cfg.epoll.name().into(),
                 burst: cfg.burst,
+                paced_start_s: cfg.paced_start.map(|d| d.as_secs_f64()),
                 timestamps: cfg.timestamps,
                 drain_timeout_s: cfg.drain_timeout.map(|d| d.as_secs_f64()),
             },

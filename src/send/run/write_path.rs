@@ -163,6 +163,7 @@ impl Sender<'_> {
     /// Whether the emulation should decide now (not waiting for the kernel or a timer).
     pub(super) fn emulation_due(&self) -> bool {
         self.phase == Phase::Writing
+            && !self.paced_start_active()
             && matches!(&self.gate, Gate::Emulated(g) if g.due(Instant::now()))
     }
 
