@@ -718,6 +718,90 @@ fn the_kernel_rule_invites_edge_and_level_writers_without_timestamps() {
     }
 }
 
+/// The report's §6 trap, forced (results/trap-forced-mss1228): 4 KiB writes under Nagle at
+/// 2 Mb/s and MSS 1228 open with 10 s of one write per RTT (`--paced-start`); then the
+/// in-kernel rule decides. Without the sub-MSS clause the flow stays at one write per RTT
+/// (the threshold, drain rate × 15 ms at that pace, sits under the 412 B tail Nagle holds);
+/// with it the flow leaves and fills the bottleneck.
+#[test]
+fn the_forced_trap_holds_without_the_clause_and_the_clause_releases_it() {
+    if in_guest() {
+        return;
+    }
+    let _g = serial();
+    require_root();
+    let kernel = kernel();
+    let bed = Bed::up("ukt", &["--rate", "2mbit"]);
+    let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+    let send = bin("sbm-send");
+    let script: Vec<String> = [("off", 0), ("on", 1)]
+        .iter()
+        .map(|(tag, submss)| {
+            format!(
+                "echo {submss} > /proc/sys/net/ipv4/tcp_replenish_submss && \
+                 {} -c 198.18.2.1 -t 24s --warmup 14s --cc cubic -l 4KiB --replenish-time 15ms \
+                 --replenish-impl kernel --paced-start 10s -q --out \"$OUT/{tag}\" || exit 1",
+                send.display()
+            )
+        })
+        .collect();
+    let out = tempdir("ukt-guest");
+    let res = Running::spawn_program(
+        testbed_bin().to_str().unwrap(),
+        &[
+            "uml",
+            "run",
+            "--prefix",
+            &bed.prefix,
+            "--kernel",
+            kernel.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--mtu",
+            "1280",
+            "--timeout",
+            "200s",
+            "--",
+            "sh",
+            "-c",
+            &format!("OUT={}; {}", out.display(), script.join("; ")),
+        ],
+    )
+    .wait(Duration::from_secs(300));
+    sink.stop();
+    assert_eq!(res.code(), Some(0), "{}\n{}", console(&out), res.stderr);
+    let per_rtt = |tag: &str| -> f64 {
+        let rows = read_csv(&out.join(tag).join("intervals.csv"));
+        let after: Vec<f64> = rows
+            .iter()
+            .filter(|r| r["warmup"] == "false")
+            .map(|r| r["writes_per_rtt"].parse().unwrap())
+            .collect();
+        after.iter().sum::<f64>() / after.len() as f64
+    };
+    let payload = 2e6 * 1228.0 / 1294.0;
+    let (off, on) = (per_rtt("off"), per_rtt("on"));
+    let goodput = |tag: &str| {
+        read_json(&out.join(tag).join("summary.json"))["totals"]["goodput_bps"]
+            .as_f64()
+            .unwrap()
+    };
+    println!(
+        "forced trap: clause off {off:.2} writes per RTT at {:.0} b/s; clause on {on:.2} at {:.0} b/s",
+        goodput("off"),
+        goodput("on")
+    );
+    assert!(
+        off <= 1.2,
+        "without the clause the flow left the trap: {off:.2} writes per RTT"
+    );
+    assert!(
+        goodput("on") >= 0.85 * payload,
+        "with the clause: {:.0} b/s, under 85 % of the bottleneck's payload rate",
+        goodput("on")
+    );
+}
+
 /// Voluntary context switches of the calling thread so far (each sleep that ended).
 fn voluntary_switches() -> u64 {
     std::fs::read_to_string("/proc/thread-self/status")
