@@ -260,11 +260,13 @@ pub fn against_report_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
         let values = figure.values().unwrap_or(ReportValues::default());
         let mut parts = vec![];
         let mut verdicts = vec![];
-        let mut judge =
-            |what: &str, report: Option<f64>, ours: Option<Spread>, fmt: &dyn Fn(f64) -> String| {
-                let Some(x) = report else { return };
-                parts.push(format!("{what} {}", fmt(x)));
-                verdicts.push(match ours {
+        let mut judge = |what: &str,
+                         report: Option<f64>,
+                         ours: Option<Spread>,
+                         fmt: &dyn Fn(f64) -> String| {
+            let Some(x) = report else { return };
+            parts.push(format!("{what} {}", fmt(x)));
+            verdicts.push(match ours {
                     None => format!("{what}: not measured here"),
                     Some(s) if s.n < 2 => format!(
                         "{what}: ours {} (n = 1, no spread to judge by)",
@@ -272,20 +274,20 @@ pub fn against_report_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
                     ),
                     Some(s) => {
                         let ratio = s.median / x;
-                        match s.place(x) {
-                            Place::Inside => format!("{what}: inside ours {}", s.show(fmt)),
-                            Place::Below => format!(
-                                "{what}: below ours {} (ours {ratio:.2} × the report)",
-                                s.show(fmt)
-                            ),
-                            Place::Above => format!(
-                                "{what}: above ours {} (ours {ratio:.2} × the report)",
-                                s.show(fmt)
-                            ),
-                        }
+                        let place = match s.place(x) {
+                            Place::Inside => "inside",
+                            Place::Below => "below",
+                            Place::Above => "above",
+                        };
+                        format!(
+                            "{what}: the report's is {place} our range {}–{} (our median {}, {ratio:.2} × the report's)",
+                            fmt(s.min),
+                            fmt(s.max),
+                            fmt(s.median)
+                        )
                     }
                 });
-            };
+        };
         judge("median", values.p50_us.map(|v| v as f64), g.p50(), &delay);
         judge("p95", values.p95_us.map(|v| v as f64), g.p95(), &delay);
         judge(

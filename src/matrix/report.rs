@@ -888,11 +888,8 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("(TX_SCHED), n = 3 of 4 |"), "{t}");
-        assert!(t.contains("median: inside ours 270 ms (250 ms–300 ms); goodput: below ours 1.91 Mb/s (1.90 Mb/s–1.92 Mb/s) (ours 1.02 × the report)"), "{t}");
-        assert!(
-            t.contains("median: below ours 720 ms (700 ms–800 ms) (ours 1.18 × the report)"),
-            "{t}"
-        );
+        assert!(t.contains("median: the report's is inside our range 250 ms–300 ms (our median 270 ms, 0.96 × the report's); goodput: the report's is below our range 1.90 Mb/s–1.92 Mb/s (our median 1.91 Mb/s, 1.02 × the report's)"), "{t}");
+        assert!(t.contains("median: the report's is below our range 700 ms–800 ms (our median 720 ms, 1.18 × the report's)"), "{t}");
         let groups = aggregate::groups(&spec, &rows);
         let a = aggregate::aggregate_row(&groups[0]);
         assert_eq!((a.runs, a.ok), (3, 3));
