@@ -129,15 +129,18 @@ fn shaped_path_reaches_the_bottleneck_rate_and_set_changes_it() {
     let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
     let share = share_of_bottleneck(&s, 2e6);
     assert!(
-        (0.90..=1.02).contains(&share),
+        (0.90..=1.0).contains(&share),
         "2 Mb/s: {share:.3} of the payload rate"
     );
 
     bed.set(&["--rate", "100kbit"]);
-    let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
+    // Goodput leaves out the bytes in flight when the warm-up ends (README,
+    // `totals.goodput_bps`): at 100 kb/s with its 6 KB queue that is ~8 KB, 0.65 s of the
+    // link, so the window is 20 s and the bound allows that flight (about 3 %).
+    let s = bed.transfer(&["-t", "25s", "--warmup", "5s", "--cc", "cubic"]);
     let share = share_of_bottleneck(&s, 1e5);
     assert!(
-        (0.90..=1.02).contains(&share),
+        (0.87..=1.0).contains(&share),
         "100 kb/s after set: {share:.3} of the payload rate"
     );
     // What the kernel runs, from tc: the new rate, and the queue raised to its floor of
