@@ -99,6 +99,36 @@ fn this_test_in_guest(
     )
 }
 
+/// Runs a shell script (its lines joined by `;`) in a guest on `bed`, with `$OUT` the run's
+/// output directory (for files the host side reads after); 200 s at most.
+fn script_in_guest(
+    bed: &Bed,
+    kernel: &Path,
+    extra: &[&str],
+    tag: &str,
+    script: &[String],
+) -> (Finished, PathBuf) {
+    let out = tempdir(tag);
+    let kernel = kernel.to_str().unwrap();
+    let outs = out.to_str().unwrap();
+    let mut args = vec![
+        "uml",
+        "run",
+        "--prefix",
+        &bed.prefix,
+        "--kernel",
+        kernel,
+        "--out",
+        outs,
+    ];
+    args.extend_from_slice(extra);
+    let body = format!("OUT={}; {}", out.display(), script.join("; "));
+    args.extend_from_slice(&["--timeout", "200s", "--", "sh", "-c", &body]);
+    let res = Running::spawn_program(testbed_bin().to_str().unwrap(), &args)
+        .wait(Duration::from_secs(300));
+    (res, out)
+}
+
 fn console(out: &Path) -> String {
     std::fs::read_to_string(out.join("guest-console.log")).unwrap_or_default()
 }
@@ -654,27 +684,7 @@ fn the_kernel_rule_invites_edge_and_level_writers_without_timestamps() {
             )
         })
         .collect();
-    let out = tempdir("ukw-guest");
-    let res = Running::spawn_program(
-        testbed_bin().to_str().unwrap(),
-        &[
-            "uml",
-            "run",
-            "--prefix",
-            &bed.prefix,
-            "--kernel",
-            kernel.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--timeout",
-            "200s",
-            "--",
-            "sh",
-            "-c",
-            &format!("OUT={}; {}", out.display(), script.join("; ")),
-        ],
-    )
-    .wait(Duration::from_secs(300));
+    let (res, out) = script_in_guest(&bed, &kernel, &[], "ukw-guest", &script);
     sink.stop();
     assert_eq!(res.code(), Some(0), "{}\n{}", console(&out), res.stderr);
     let payload = 2e6 * 1448.0 / 1514.0;
@@ -745,29 +755,7 @@ fn the_forced_trap_holds_without_the_clause_and_the_clause_releases_it() {
             )
         })
         .collect();
-    let out = tempdir("ukt-guest");
-    let res = Running::spawn_program(
-        testbed_bin().to_str().unwrap(),
-        &[
-            "uml",
-            "run",
-            "--prefix",
-            &bed.prefix,
-            "--kernel",
-            kernel.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--mtu",
-            "1280",
-            "--timeout",
-            "200s",
-            "--",
-            "sh",
-            "-c",
-            &format!("OUT={}; {}", out.display(), script.join("; ")),
-        ],
-    )
-    .wait(Duration::from_secs(300));
+    let (res, out) = script_in_guest(&bed, &kernel, &["--mtu", "1280"], "ukt-guest", &script);
     sink.stop();
     assert_eq!(res.code(), Some(0), "{}\n{}", console(&out), res.stderr);
     let per_rtt = |tag: &str| -> f64 {
