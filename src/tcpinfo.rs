@@ -41,6 +41,8 @@ pub struct TcpInfo {
     pub sndbuf_limited_us: Option<u64>,
     pub bytes_sent: Option<u64>,
     pub bytes_retrans: Option<u64>,
+    /// tcpi_delivered: packets delivered (acked or sacked) so far.
+    pub delivered: Option<u32>,
     /// The peer's advertised window, bytes.
     pub snd_wnd: Option<u32>,
 }
@@ -86,6 +88,7 @@ impl TcpInfo {
             sndbuf_limited_us: u64_at(bytes, 184),
             bytes_sent: u64_at(bytes, 200),
             bytes_retrans: u64_at(bytes, 208),
+            delivered: u32_at(bytes, 192),
             snd_wnd: u32_at(bytes, 228),
         })
     }

@@ -20,6 +20,7 @@ use socket2::{Domain, Socket, Type};
 const OPTNAME_PATH: &str = "/proc/sys/net/ipv4/tcp_replenish_time_optname";
 const SUBMSS_PATH: &str = "/proc/sys/net/ipv4/tcp_replenish_submss";
 const INFO_OPTNAME_PATH: &str = "/proc/sys/net/ipv4/tcp_replenish_info_optname";
+const ESTIMATOR_PATH: &str = "/proc/sys/net/ipv4/tcp_replenish_estimator";
 
 fn in_guest() -> bool {
     std::env::var_os("SBM_UML_GUEST").is_some()
@@ -234,6 +235,43 @@ fn pollout(s: &Socket) -> bool {
         .is_some_and(|r| r.contains(PollFlags::POLLOUT))
 }
 
+/// The experiment-only estimator switch (kernel/patches/0003): 0 by default, 0–3 accepted,
+/// and TCP_REPLENISH_INFO names the estimator that produced the drain rate once an ACK has
+/// been processed under it (loopback: sRTT is tens of µs, so the windows of the byte and
+/// average estimators close within the exchange).
+fn estimator_switch_claims(listener: &Socket, optname: i32, info_optname: i32) {
+    assert_eq!(
+        read_sysctl(ESTIMATOR_PATH),
+        "0",
+        "the estimator switch defaults to 0"
+    );
+    assert!(
+        std::fs::write(ESTIMATOR_PATH, "4").is_err(),
+        "estimator 4 must be rejected"
+    );
+    let (c, a) = loopback_pair(listener);
+    a.set_nonblocking(true).unwrap();
+    sbm::sys::set_int(c.as_fd(), libc::IPPROTO_TCP, optname, 15_000).unwrap();
+    let mut sink = vec![std::mem::MaybeUninit::<u8>::uninit(); 1 << 16];
+    for (value, source) in [("1", 3u8), ("2", 4), ("3", 5), ("0", 1)] {
+        set_sysctl(ESTIMATOR_PATH, value);
+        for _ in 0..20 {
+            assert_eq!(c.send(&[7u8; 8192]).unwrap(), 8192);
+            std::thread::sleep(Duration::from_millis(2));
+            while a.recv(&mut sink).is_ok_and(|n| n > 0) {}
+        }
+        let i = replenish_info(&c, info_optname);
+        assert_eq!(
+            i.source, source,
+            "estimator {value}: TCP_REPLENISH_INFO source {source} expected, {i:?}"
+        );
+        assert!(i.drain_rate > 0, "estimator {value}: a drain rate, {i:?}");
+    }
+    set_sysctl(ESTIMATOR_PATH, "0");
+    drop((c, a));
+    println!("guest claim: net.ipv4.tcp_replenish_estimator selects the drain-rate estimator (0 default, 1 raw, 2 bytes, 3 average)");
+}
+
 /// Runs inside the guest (root, the patched kernel, loopback only).
 fn guest_side_claims() {
     let optname: i32 = read_sysctl(OPTNAME_PATH).parse().unwrap();
@@ -411,6 +449,8 @@ fn guest_side_claims() {
     assert!(pollout(&c), "both constraints hold again");
     drop((c, a));
     println!("guest claim: with NOTSENT_LOWAT also set, both constraints must hold");
+
+    estimator_switch_claims(&listener, optname, info_optname);
 
     // IPv6 (::1 inside the guest): the same option and info.
     let l6 = Socket::new(Domain::IPV6, Type::STREAM, None).unwrap();

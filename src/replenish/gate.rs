@@ -348,6 +348,7 @@ mod tests {
             cwnd: 10,
             srtt_us: 172_000,
             snd_wnd: None,
+            ..Observation::default()
         }
     }
 

@@ -91,7 +91,9 @@ pub struct KernelReplenishInfo {
     pub mss: u32,
     /// bytes/s, 0 = no estimate.
     pub drain_rate: u64,
-    /// 0 none, 1 delivery-rate sampler, 2 min(cwnd × mss, snd_wnd) / srtt.
+    /// 0 none, 1 delivery-rate sampler, 2 min(cwnd × mss, snd_wnd) / srtt; with
+    /// kernel/patches' experiment-only estimator switch also 3 each ACK's raw sample,
+    /// 4 the sampler counted in bytes, 5 bytes acked over the last sRTT.
     pub source: u8,
     pub writable: bool,
     pub sub_mss: bool,
@@ -124,6 +126,9 @@ impl KernelReplenishInfo {
         let source = match self.source {
             1 => RateSource::Sample,
             2 => RateSource::CwndSrtt,
+            3 => RateSource::RawSample,
+            4 => RateSource::SampleBytes,
+            5 => RateSource::Average,
             _ => RateSource::None,
         };
         let reason = if self.notsent == 0 {

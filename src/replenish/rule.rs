@@ -8,6 +8,8 @@
 //! (the report's §1 suggestion 2, XNU's rule), writable while 0 < notsent < MSS. The clause
 //! never applies under TCP_NODELAY (§1: there it pools writes behind a cwnd-blocked segment).
 
+use std::time::Instant;
+
 use serde::Serialize;
 
 /// How the drain rate is estimated from tcp_info.
@@ -24,6 +26,27 @@ pub enum RateEstimator {
     /// The latest tcpi_delivery_rate sample as it is, app-limited or not: an estimate that
     /// a flow's own application-limited pace can drag down (the report's §6 feedback).
     Latest,
+    /// As `delivery`, counted in bytes rather than packets × MSS: scaled by the bytes per
+    /// delivered packet (tcpi_bytes_acked / tcpi_delivered) over the last window of at
+    /// least one sRTT (the report's §3: "delivered bytes / sample interval").
+    DeliveryBytes,
+    /// Bytes acknowledged over the last window of at least one sRTT (a throughput
+    /// average, the estimator an independent sender trapped with).
+    Average,
+}
+
+impl RateEstimator {
+    /// The name used on the command line and in summary.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            RateEstimator::Delivery => "delivery",
+            RateEstimator::DeliveryNonapp => "delivery-nonapp",
+            RateEstimator::Cwnd => "cwnd",
+            RateEstimator::Latest => "latest",
+            RateEstimator::DeliveryBytes => "delivery-bytes",
+            RateEstimator::Average => "average",
+        }
+    }
 }
 
 /// Where the drain rate of a decision came from.
@@ -33,6 +56,12 @@ pub enum RateSource {
     Sample,
     AppLimitedSample,
     CwndSrtt,
+    /// The kernel's each-ACK sample (its experiment-only estimator 1).
+    RawSample,
+    /// A delivery-rate sample counted in bytes.
+    SampleBytes,
+    /// Bytes acknowledged over the last window of at least one sRTT.
+    Average,
     None,
 }
 
@@ -42,6 +71,9 @@ impl RateSource {
             RateSource::Sample => "sample",
             RateSource::AppLimitedSample => "app-limited-sample",
             RateSource::CwndSrtt => "cwnd-srtt",
+            RateSource::RawSample => "raw-sample",
+            RateSource::SampleBytes => "sample-bytes",
+            RateSource::Average => "average",
             RateSource::None => "none",
         }
     }
@@ -58,11 +90,19 @@ pub struct Observation {
     pub cwnd: u32,
     pub srtt_us: u32,
     pub snd_wnd: Option<u32>,
+    /// tcpi_bytes_acked and tcpi_delivered, and when they were read: the byte-counting
+    /// and averaging estimators' windows.
+    pub bytes_acked: Option<u64>,
+    pub delivered: Option<u32>,
+    pub at: Option<Instant>,
 }
 
 impl Observation {
-    pub fn from_tcp_info(info: &crate::tcpinfo::TcpInfo) -> Observation {
+    pub fn from_tcp_info(info: &crate::tcpinfo::TcpInfo, at: Instant) -> Observation {
         Observation {
+            bytes_acked: info.bytes_acked,
+            delivered: info.delivered,
+            at: Some(at),
             notsent: info.notsent_bytes.unwrap_or(0),
             mss: info.snd_mss,
             delivery_rate: info.delivery_rate,
@@ -122,6 +162,43 @@ pub struct Replenish {
     /// The current delivery-rate estimate (bytes/s) and whether it came from an
     /// app-limited sample.
     estimate: Option<(u64, bool)>,
+    /// The byte-counting and averaging estimators' window.
+    window: AckWindow,
+}
+
+/// A window of at least one sRTT over tcpi_bytes_acked and tcpi_delivered, closed by the
+/// first observation after it: the average rate and the bytes per packet it saw.
+#[derive(Debug, Clone, Default)]
+struct AckWindow {
+    /// (when, bytes_acked, delivered) at the window's start.
+    start: Option<(Instant, u64, u32)>,
+    /// Bytes/s over the last closed window.
+    average: Option<u64>,
+    /// Bytes per delivered packet over the last closed window that delivered any.
+    bytes_per_packet: Option<f64>,
+}
+
+impl AckWindow {
+    fn observe(&mut self, o: &Observation) {
+        let (Some(at), Some(bytes), Some(delivered)) = (o.at, o.bytes_acked, o.delivered) else {
+            return;
+        };
+        let Some((t0, b0, d0)) = self.start else {
+            self.start = Some((at, bytes, delivered));
+            return;
+        };
+        let elapsed = at.saturating_duration_since(t0);
+        if o.srtt_us == 0 || elapsed.as_micros() < u128::from(o.srtt_us) {
+            return;
+        }
+        let b = bytes.saturating_sub(b0);
+        let packets = delivered.wrapping_sub(d0);
+        self.average = Some((b as f64 / elapsed.as_secs_f64()) as u64);
+        if packets > 0 && o.mss > 0 {
+            self.bytes_per_packet = Some((b as f64 / f64::from(packets)).min(f64::from(o.mss)));
+        }
+        self.start = Some((at, bytes, delivered));
+    }
 }
 
 impl Replenish {
@@ -138,6 +215,7 @@ impl Replenish {
             estimator,
             waiting: false,
             estimate: None,
+            window: AckWindow::default(),
         }
     }
 
@@ -156,9 +234,12 @@ impl Replenish {
     /// Updates the estimate from the latest sample and returns the drain rate to use.
     fn drain_rate(&mut self, o: &Observation) -> (Option<f64>, RateSource) {
         let sample = o.delivery_rate.filter(|&r| r > 0);
+        self.window.observe(o);
         match self.estimator {
             RateEstimator::Cwnd => {}
-            RateEstimator::Delivery => {
+            // The averaging and byte-counting estimators stand on the sampler until their
+            // first window closes, as the kernel's do.
+            RateEstimator::Delivery | RateEstimator::DeliveryBytes | RateEstimator::Average => {
                 if let Some(r) = sample {
                     let keep = !o.app_limited || self.estimate.is_none_or(|(e, _)| r > e);
                     if keep {
@@ -175,6 +256,19 @@ impl Replenish {
                 if let Some(r) = sample {
                     self.estimate = Some((r, o.app_limited));
                 }
+            }
+        }
+        if self.estimator == RateEstimator::Average {
+            if let Some(r) = self.window.average {
+                return (Some(r as f64), RateSource::Average);
+            }
+        }
+        if self.estimator == RateEstimator::DeliveryBytes {
+            if let (Some((r, _)), Some(bpp)) = (self.estimate, self.window.bytes_per_packet) {
+                return (
+                    Some(r as f64 * bpp / f64::from(o.mss.max(1))),
+                    RateSource::SampleBytes,
+                );
             }
         }
         match (self.estimator, self.estimate) {
@@ -265,6 +359,7 @@ mod tests {
             cwnd: 10,
             srtt_us: 172_000,
             snd_wnd: Some(1 << 20),
+            ..Observation::default()
         }
     }
 
@@ -396,6 +491,7 @@ mod tests {
             cwnd: 10,
             srtt_us: 172_000,
             snd_wnd: Some(1 << 20),
+            ..Observation::default()
         };
         let mut without = Replenish::new(15_000, false, false, RateEstimator::Delivery);
         let d = without.decide(&tail);
@@ -424,5 +520,76 @@ mod tests {
             ..tail
         });
         assert_eq!(without.wake_lowat(&above, mss), 357);
+    }
+
+    /// One 4 KiB write per 172 ms RTT at MSS 1228, as tcp_info shows it: four packets
+    /// (4 912 B counted as packets × MSS) but 4 096 bytes delivered per RTT.
+    fn locked_flow(at: Instant, rtts: u32, notsent: u32) -> Observation {
+        let mss = 1228;
+        Observation {
+            notsent,
+            mss,
+            delivery_rate: Some(4 * 1228 * 1_000_000 / 172_000), // packets × MSS: 28 558 B/s
+            app_limited: true,
+            cwnd: 10,
+            srtt_us: 172_000,
+            snd_wnd: Some(1 << 20),
+            bytes_acked: Some(u64::from(rtts) * 4096),
+            delivered: Some(rtts * 4),
+            at: Some(at + std::time::Duration::from_millis(172 * u64::from(rtts))),
+        }
+    }
+
+    /// The margin the issue names: 428 B in packets × MSS (above the 412 B tail), 357 B
+    /// in delivered bytes (below it) — the same flow, two thresholds.
+    #[test]
+    fn counting_in_bytes_moves_the_threshold_below_the_tail() {
+        let t0 = Instant::now();
+        let tail = 4096 - 3 * 1228;
+        let mut packets = Replenish::new(15_000, false, false, RateEstimator::Delivery);
+        let mut bytes = Replenish::new(15_000, false, false, RateEstimator::DeliveryBytes);
+        for r in [&mut packets, &mut bytes] {
+            r.decide(&locked_flow(t0, 0, 0));
+        }
+        // No window closed yet: the byte estimator stands on the sampler.
+        let early = bytes.decide(&locked_flow(t0, 0, tail));
+        assert_eq!(
+            (early.threshold, early.source),
+            (Some(428), RateSource::AppLimitedSample)
+        );
+        let p = packets.decide(&locked_flow(t0, 1, tail));
+        let b = bytes.decide(&locked_flow(t0, 1, tail));
+        assert_eq!(
+            (p.threshold, p.source),
+            (Some(428), RateSource::AppLimitedSample)
+        );
+        assert_eq!(
+            (b.threshold, b.source),
+            (Some(357), RateSource::SampleBytes)
+        );
+        assert!(p.threshold.unwrap() >= u64::from(tail) && b.threshold.unwrap() < u64::from(tail));
+    }
+
+    #[test]
+    fn the_average_is_bytes_acked_over_a_window_of_at_least_one_srtt() {
+        let t0 = Instant::now();
+        let mut r = Replenish::new(15_000, false, false, RateEstimator::Average);
+        r.decide(&locked_flow(t0, 0, 0));
+        // Half an RTT later the window is still open: the sampler stands in.
+        let mut half = locked_flow(t0, 0, 500);
+        half.at = Some(t0 + std::time::Duration::from_millis(86));
+        half.bytes_acked = Some(2048);
+        assert_eq!(r.decide(&half).source, RateSource::AppLimitedSample);
+        // After two RTTs: 8 192 B over 344 ms.
+        let d = r.decide(&locked_flow(t0, 2, 500));
+        assert_eq!(d.source, RateSource::Average);
+        assert_eq!(d.rate.map(|x| x.round()), Some(23_813.0));
+        assert_eq!(d.threshold, Some(357));
+        // A window without observations of tcp_info's counters keeps the last average.
+        let d = r.decide(&Observation {
+            at: None,
+            ..locked_flow(t0, 2, 500)
+        });
+        assert_eq!(d.source, RateSource::Average);
     }
 }

@@ -171,7 +171,7 @@ impl Sender<'_> {
     /// to be woken when it may be. Returns true when it wrote (decide again soon).
     pub(super) fn emulation_step(&mut self) -> Result<bool, EndReason> {
         let info = self.tcp_info().map_err(EndReason::local)?;
-        let obs = Observation::from_tcp_info(&info);
+        let obs = Observation::from_tcp_info(&info, Instant::now());
         let Gate::Emulated(gate) = &mut self.gate else {
             return Ok(false);
         };
