@@ -145,6 +145,13 @@ impl<'a> Group<'a> {
         Spread::of(self.ok().iter().filter_map(|r| r.writes_per_rtt))
     }
 
+    /// How many of the finished runs with a writes-per-RTT figure made at most `bound`
+    /// writes per RTT, and of how many.
+    pub fn trapped(&self, bound: f64) -> (usize, usize) {
+        let w: Vec<f64> = self.ok().iter().filter_map(|r| r.writes_per_rtt).collect();
+        (w.iter().filter(|&&x| x <= bound).count(), w.len())
+    }
+
     /// `n = 5`, or `n = 4 of 5` when some runs did not finish.
     pub fn count(&self) -> String {
         let ok = self.ok().len();
@@ -205,9 +212,11 @@ pub struct AggregateRow {
     pub writes_per_rtt_median: Option<f64>,
     pub writes_per_rtt_min: Option<f64>,
     pub writes_per_rtt_max: Option<f64>,
+    /// Runs at or below the matrix's `trapped_at_writes_per_rtt` (absent without one).
+    pub trapped_runs: Option<usize>,
 }
 
-pub fn aggregate_row(g: &Group<'_>) -> AggregateRow {
+pub fn aggregate_row(spec: &MatrixSpec, g: &Group<'_>) -> AggregateRow {
     let (p50, p95, gp, wpr) = (g.p50(), g.p95(), g.goodput(), g.writes_per_rtt());
     AggregateRow {
         row: g.row.clone(),
@@ -231,7 +240,40 @@ pub fn aggregate_row(g: &Group<'_>) -> AggregateRow {
         writes_per_rtt_median: wpr.map(|s| s.median),
         writes_per_rtt_min: wpr.map(|s| s.min),
         writes_per_rtt_max: wpr.map(|s| s.max),
+        trapped_runs: spec.trapped_at_writes_per_rtt.map(|b| g.trapped(b).0),
     }
+}
+
+/// "## Trapped runs": per cell, how many runs stayed at or below the matrix's
+/// writes-per-RTT bound, beside the runs' writes per RTT.
+pub fn trapped_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
+    let Some(bound) = spec.trapped_at_writes_per_rtt else {
+        return String::new();
+    };
+    let mut lines = vec![];
+    for g in groups {
+        let (trapped, of) = g.trapped(bound);
+        let wpr = g
+            .writes_per_rtt()
+            .map_or("not measured".into(), |s| s.show(|x| format!("{x:.1}")));
+        let share = if of == 0 {
+            "—".to_string()
+        } else {
+            format!(
+                "{trapped} of {of} ({:.0} %)",
+                100.0 * trapped as f64 / of as f64
+            )
+        };
+        lines.push(format!(
+            "| {} | {} | {share} | {wpr} |",
+            g.row,
+            super::report::rate_header(&g.rate)
+        ));
+    }
+    format!(
+        "\n## Trapped runs\n\nA run counts as trapped (locked to a few writes per round trip, the report's §6) when the median of its per-interval writes per RTT after the warm-up is at most {bound}.\n\n| sender configuration | rate | trapped runs | writes per RTT, median (min–max) |\n|---|---|---|---|\n{}\n",
+        lines.join("\n")
+    )
 }
 
 /// The delay and goodput part of a table cell: medians of the runs' figures with their

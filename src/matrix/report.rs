@@ -365,6 +365,7 @@ pub fn table_md(spec: &MatrixSpec, rows: &[SummaryRow]) -> String {
         }
     }
     out.push_str(&aggregate::against_report_md(spec, &groups));
+    out.push_str(&aggregate::trapped_md(spec, &groups));
     out.push_str(&estimators_md(rows));
     out
 }
@@ -528,7 +529,7 @@ pub fn write_all(run_dir: &Path, spec: &MatrixSpec, cells: &[Cell]) -> Result<St
     let mut w =
         csv::Writer::from_path(run_dir.join("aggregates.csv")).map_err(|e| e.to_string())?;
     for g in aggregate::groups(spec, &rows) {
-        w.serialize(aggregate::aggregate_row(&g))
+        w.serialize(aggregate::aggregate_row(spec, &g))
             .map_err(|e| e.to_string())?;
     }
     w.flush().map_err(|e| e.to_string())?;
@@ -891,13 +892,46 @@ mod tests {
         assert!(t.contains("median: the report's is inside our range 250 ms–300 ms (our median 270 ms, 0.96 × the report's); goodput: the report's is below our range 1.90 Mb/s–1.92 Mb/s (our median 1.91 Mb/s, 1.02 × the report's)"), "{t}");
         assert!(t.contains("median: the report's is below our range 700 ms–800 ms (our median 720 ms, 1.18 × the report's)"), "{t}");
         let groups = aggregate::groups(&spec, &rows);
-        let a = aggregate::aggregate_row(&groups[0]);
+        let a = aggregate::aggregate_row(&spec, &groups[0]);
         assert_eq!((a.runs, a.ok), (3, 3));
         assert_eq!(
             (a.p50_median_us, a.p50_min_us, a.p50_max_us),
             (Some(270_000.0), Some(250_000.0), Some(300_000.0))
         );
-        assert_eq!(aggregate::aggregate_row(&groups[1]).ok, 3);
+        assert_eq!(aggregate::aggregate_row(&spec, &groups[1]).ok, 3);
+    }
+
+    #[test]
+    fn trapped_runs_are_counted_against_the_matrix_bound() {
+        let spec = MatrixSpec::parse(
+            "trapped_at_writes_per_rtt = 1.2\n[axes]\nconfig = [\"a\"]\n[configs.a]\n",
+        )
+        .unwrap();
+        let rows: Vec<SummaryRow> = [1.0, 1.2, 9.5, 10.1]
+            .into_iter()
+            .map(|w| {
+                let mut r = row("a", "2mbit", 1, 2, 1.0);
+                r.writes_per_rtt = Some(w);
+                r
+            })
+            .collect();
+        let t = table_md(&spec, &rows);
+        assert!(t.contains("## Trapped runs"), "{t}");
+        assert!(
+            t.contains("| a | 2 Mb/s | 2 of 4 (50 %) | 5.3 (1.0–10.1) |"),
+            "{t}"
+        );
+        let groups = aggregate::groups(&spec, &rows);
+        assert_eq!(
+            aggregate::aggregate_row(&spec, &groups[0]).trapped_runs,
+            Some(2)
+        );
+        let plain = MatrixSpec::parse("[axes]\nconfig = [\"a\"]\n[configs.a]\n").unwrap();
+        assert!(!table_md(&plain, &rows).contains("Trapped"));
+        assert!(MatrixSpec::parse("trapped_at_writes_per_rtt = -1.0\n")
+            .unwrap()
+            .validate()
+            .is_err());
     }
 
     #[test]

@@ -392,7 +392,7 @@ fn run_cell(
         }
     }
     let before = testbed_status(prefix);
-    let sink_cmd: Vec<String> = vec![
+    let mut sink_cmd: Vec<String> = vec![
         "ip".into(),
         "netns".into(),
         "exec".into(),
@@ -405,6 +405,7 @@ fn run_cell(
         dir.to_string_lossy().into_owned(),
         "-q".into(),
     ];
+    sink_cmd.extend(cell.sink_args.iter().cloned());
     let mut send_cmd = vec![bins.join("sbm-send").to_string_lossy().into_owned()];
     send_cmd.extend(send_args(spec, cell, dir));
     let send_cmd = sender_command(spec, prefix, cell, dir, kernel, send_cmd);

@@ -46,6 +46,8 @@ pub struct ConfigSpec {
     /// sysctls set inside a UML sender guest, `NAME=VALUE` (sender_kernel = "uml" only),
     /// e.g. `net.ipv4.tcp_replenish_submss=0`.
     pub guest_sysctls: Vec<String>,
+    /// sbm-sink arguments for this row's cells, e.g. `["--ack", "delayed"]`.
+    pub sink_args: Vec<String>,
     /// The implementation report's figures for this row, keyed like `axes.rate`: table.md
     /// says whether each lies inside the spread of this run's repetitions.
     pub report: BTreeMap<String, ReportFigure>,
@@ -187,6 +189,9 @@ pub struct MatrixSpec {
     pub repetitions: u32,
     /// Idle time between cells, so queues empty.
     pub pause: String,
+    /// A run counts as trapped (the report's §6: one write per round trip) when its median
+    /// writes per RTT after the warm-up are at most this; table.md then counts them per cell.
+    pub trapped_at_writes_per_rtt: Option<f64>,
     pub path: PathSpec,
     pub uml: UmlSpec,
     pub axes: Axes,
@@ -206,6 +211,7 @@ impl Default for MatrixSpec {
             drain_timeout: None,
             repetitions: 1,
             pause: "2s".into(),
+            trapped_at_writes_per_rtt: None,
             path: PathSpec::default(),
             uml: UmlSpec::default(),
             axes: Axes::default(),
@@ -240,6 +246,8 @@ pub struct Cell {
     pub drain_timeout: Option<Duration>,
     /// sbm-send arguments beyond connection and output.
     pub args: Vec<String>,
+    /// sbm-sink arguments beyond address and output.
+    pub sink_args: Vec<String>,
 }
 
 impl PathSpec {
@@ -355,6 +363,14 @@ impl MatrixSpec {
                     SpecError::Invalid(format!("configs.{name}.guest_sysctls: {e}"))
                 })?;
             }
+        }
+        if let Some(t) = self
+            .trapped_at_writes_per_rtt
+            .filter(|t| !(t.is_finite() && *t > 0.0))
+        {
+            return Err(SpecError::Invalid(format!(
+                "trapped_at_writes_per_rtt {t}: a number of writes per RTT above 0"
+            )));
         }
         if self.repetitions == 0 {
             return Err(SpecError::Invalid("repetitions must be at least 1".into()));
@@ -561,6 +577,7 @@ impl MatrixSpec {
             warmup,
             drain_timeout,
             args,
+            sink_args: spec.sink_args.clone(),
         })
     }
 }

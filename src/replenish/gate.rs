@@ -13,7 +13,7 @@ use super::kernel::{
     detect_optname, kernel_sub_mss_clause, set_kernel_option, HIGHEST_MAINLINE_TCP_OPTION,
     OPTNAME_SYSCTL,
 };
-use super::rule::{Decision, Observation, RateEstimator, Replenish};
+use super::rule::{Decision, Observation, RateEstimator, Replenish, ThresholdTest};
 use crate::sockopt::OptionReport;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -51,6 +51,8 @@ pub struct ReplenishConfig {
     pub optname: Option<u32>,
     pub sub_mss_clause: bool,
     pub estimator: RateEstimator,
+    /// The emulation's threshold test.
+    pub test: ThresholdTest,
 }
 
 /// What decided readiness in this run (summary.json `policy`).
@@ -65,8 +67,22 @@ pub struct PolicyReport {
     pub optname: Option<u32>,
     pub sub_mss_clause: Option<bool>,
     pub rate_estimator: Option<RateEstimator>,
+    /// The emulation's threshold test (emulated only).
+    pub threshold_test: Option<ThresholdTest>,
+    /// The patched kernel's net.ipv4.tcp_replenish_estimator (kernel only; kernel/patches/0003).
+    pub kernel_estimator: Option<u64>,
     /// Why `auto` chose what it chose.
     pub note: Option<String>,
+}
+
+impl PolicyReport {
+    /// The kernel decides: the emulation's settings do not apply, the kernel's estimator
+    /// switch (when this kernel has one) does.
+    fn kernel_view(&mut self) {
+        self.rate_estimator = None;
+        self.threshold_test = None;
+        self.kernel_estimator = crate::sysinfo::sysctl_u64(super::kernel::ESTIMATOR_SYSCTL);
+    }
 }
 
 pub enum Gate {
@@ -271,6 +287,8 @@ pub fn setup(
             optname: None,
             sub_mss_clause: None,
             rate_estimator: None,
+            threshold_test: None,
+            kernel_estimator: None,
             note: None,
         };
         return Ok((Gate::Kernel { info_optname: None }, report, None));
@@ -283,6 +301,8 @@ pub fn setup(
         optname: None,
         sub_mss_clause: Some(r.sub_mss_clause && !nodelay),
         rate_estimator: Some(r.estimator),
+        threshold_test: Some(r.test),
+        kernel_estimator: None,
         note: None,
     };
     let optname = r.optname.or_else(detect_optname);
@@ -293,6 +313,7 @@ pub fn setup(
             report.optname = Some(n);
             report.implementation = Some(ReplenishImpl::Kernel);
             report.sub_mss_clause = kernel_sub_mss_clause(nodelay);
+            report.kernel_view();
             return Ok((kernel_gate(n), report, Some(opt)));
         }
         ReplenishImpl::Auto => match optname {
@@ -301,6 +322,7 @@ pub fn setup(
                     report.optname = Some(n);
                     report.implementation = Some(ReplenishImpl::Kernel);
                     report.sub_mss_clause = kernel_sub_mss_clause(nodelay);
+                    report.kernel_view();
                     report.note = Some(format!(
                         "auto: the kernel implements TCP_REPLENISH_TIME as option {n}"
                     ));
@@ -324,7 +346,7 @@ pub fn setup(
     };
     check_lowat_combination(chosen, notsent_lowat)?;
     report.implementation = Some(chosen);
-    let rule = Replenish::new(time_us, r.sub_mss_clause, nodelay, r.estimator);
+    let rule = Replenish::new(time_us, r.sub_mss_clause, nodelay, r.estimator).with_test(r.test);
     Ok((
         Gate::Emulated(EmulatedGate::new(
             rule,

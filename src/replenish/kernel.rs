@@ -18,6 +18,8 @@ pub const HIGHEST_MAINLINE_TCP_OPTION: u32 = 46;
 pub const OPTNAME_SYSCTL: &str = "net/ipv4/tcp_replenish_time_optname";
 /// Where the patched kernel announces TCP_REPLENISH_INFO's number.
 pub const INFO_OPTNAME_SYSCTL: &str = "net/ipv4/tcp_replenish_info_optname";
+/// The lab kernel's experiment-only drain-rate estimator switch (kernel/patches/0003).
+pub const ESTIMATOR_SYSCTL: &str = "net/ipv4/tcp_replenish_estimator";
 /// The patched kernel's switch for its sub-MSS clause (1 = on).
 pub const SUBMSS_SYSCTL: &str = "net/ipv4/tcp_replenish_submss";
 

@@ -20,4 +20,4 @@ pub use gate::{
     ReplenishConfig, ReplenishImpl,
 };
 pub use kernel::{kernel_replenish_info, optname_from_env, KernelReplenishInfo};
-pub use rule::{Decision, Observation, RateEstimator, Replenish};
+pub use rule::{Decision, Observation, RateEstimator, Replenish, ThresholdTest};

@@ -49,6 +49,17 @@ impl RateEstimator {
     }
 }
 
+/// When the emulated rule says writable, against the threshold T = drain rate × time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThresholdTest {
+    /// backlog ≤ T right after an invitation; once above, ≤ T/2 (the report's "wake at
+    /// half").
+    Hysteresis,
+    /// backlog ≤ T/2 always: the patched kernel's one test for poll and wakeup (v2).
+    Half,
+}
+
 /// Where the drain rate of a decision came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -157,6 +168,7 @@ pub struct Replenish {
     pub sub_mss_clause: bool,
     pub nodelay: bool,
     pub estimator: RateEstimator,
+    pub test: ThresholdTest,
     /// Above the threshold since the last invitation: wait for half of it.
     waiting: bool,
     /// The current delivery-rate estimate (bytes/s) and whether it came from an
@@ -213,10 +225,16 @@ impl Replenish {
             sub_mss_clause,
             nodelay,
             estimator,
+            test: ThresholdTest::Hysteresis,
             waiting: false,
             estimate: None,
             window: AckWindow::default(),
         }
+    }
+
+    /// The same rule with another threshold test.
+    pub fn with_test(self, test: ThresholdTest) -> Replenish {
+        Replenish { test, ..self }
     }
 
     /// min(cwnd × mss, peer window) / srtt, bytes/s.
@@ -305,7 +323,7 @@ impl Replenish {
         let d = if o.notsent == 0 {
             verdict(true, Reason::ZeroBacklog)
         } else if let Some(t) = threshold {
-            let (limit, reason) = if self.waiting {
+            let (limit, reason) = if self.waiting || self.test == ThresholdTest::Half {
                 (t / 2, Reason::BelowHalfThreshold)
             } else {
                 (t, Reason::BelowThreshold)
@@ -591,5 +609,28 @@ mod tests {
             ..locked_flow(t0, 2, 500)
         });
         assert_eq!(d.source, RateSource::Average);
+    }
+
+    /// The kernel's v2 test (half of T, always) refuses the second write that the
+    /// hysteresis test (full T right after an invitation) allows: 824 B against 1 045 B.
+    #[test]
+    fn the_half_test_refuses_what_the_hysteresis_test_invites() {
+        let o = |notsent| Observation {
+            notsent,
+            mss: 1228,
+            delivery_rate: Some(69_700),
+            ..obs(0, 0, false)
+        };
+        let mut hysteresis = Replenish::new(15_000, false, false, RateEstimator::Delivery);
+        let mut half = hysteresis.clone().with_test(ThresholdTest::Half);
+        assert_eq!(hysteresis.decide(&o(824)).threshold, Some(1045));
+        assert!(hysteresis.decide(&o(824)).writable);
+        let d = half.decide(&o(824));
+        assert!(!d.writable, "{d:?}");
+        let d = half.decide(&o(412));
+        assert!(
+            d.writable && d.reason == Reason::BelowHalfThreshold,
+            "{d:?}"
+        );
     }
 }

@@ -418,6 +418,9 @@ pub struct SinkReply {
     /// (sequence, read time ns) of each message, for the sender's estimator comparison.
     pub read_times: Vec<(u64, u64)>,
     pub read_times_truncated: bool,
+    /// Whether the sink asked for an immediate ACK after each read (sbm-sink --ack); None
+    /// from sinks that did not say.
+    pub quickack: Option<bool>,
 }
 
 /// The version of summary.json's layout. Raised when a field changes meaning or goes;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use super::config::{EpollMode, Limits, SendConfig};
-use crate::replenish::RateEstimator;
 use crate::replenish::{self, ReplenishConfig, ReplenishImpl};
+use crate::replenish::{RateEstimator, ThresholdTest};
 use crate::sockopt::SenderOptions;
 use crate::units;
 
@@ -119,9 +119,18 @@ pub struct SendArgs {
     #[arg(long, value_enum, default_value_t = OnOff::On, requires = "replenish_time")]
     pub sub_mss_clause: OnOff,
 
-    /// Emulation: how app-limited delivery-rate samples are used.
+    /// Emulation: the drain-rate estimator — tcpi_delivery_rate (packets × MSS) with
+    /// app-limited samples used as the kernel's filter does (delivery), never (delivery-nonapp)
+    /// or always (latest); the same counted in bytes (delivery-bytes); bytes acked over the
+    /// last sRTT (average); or min(cwnd × MSS, peer window) / sRTT (cwnd).
     #[arg(long, value_enum, default_value_t = RateEstimator::Delivery, requires = "replenish_time")]
     pub rate_estimator: RateEstimator,
+
+    /// Emulation: when the rule says writable against its threshold T — `hysteresis`:
+    /// backlog ≤ T right after an invitation, ≤ T/2 once it was above (the report's "wake at
+    /// half"); `half`: ≤ T/2 always, the patched kernel's one test for poll and wakeup.
+    #[arg(long, value_enum, default_value_t = ThresholdTest::Hysteresis, requires = "replenish_time")]
+    pub threshold_test: ThresholdTest,
 
     /// Congestion control (TCP_CONGESTION), e.g. cubic, bbr, reno.
     #[arg(long, value_name = "NAME")]
@@ -164,6 +173,13 @@ pub struct SendArgs {
     /// at least DUR to leave the phase out of the statistics.
     #[arg(long, value_parser = units::parse_duration, value_name = "DUR")]
     pub paced_start: Option<Duration>,
+
+    /// Every DUR (e.g. 1ms), from a thread of its own, read the readiness rule's inputs
+    /// (tcp_info; with the kernel's TCP_REPLENISH_TIME also its TCP_REPLENISH_INFO) and write
+    /// a row of rule-trace.csv whenever an ACK or a write moved them: per-ACK resolution
+    /// while ACKs are further apart than DUR. It never wakes the send loop. Needs --out.
+    #[arg(long, value_parser = units::parse_duration, value_name = "DUR", requires = "out")]
+    pub rule_trace: Option<Duration>,
 
     /// Frame the stream into messages (each write-size bytes, header included) that carry
     /// a sequence number and their write time, so that sbm-sink measures each message's
@@ -328,6 +344,7 @@ impl SendArgs {
                 optname: self.replenish_optname.or(replenish::optname_from_env()?),
                 sub_mss_clause: self.sub_mss_clause == OnOff::On,
                 estimator: self.rate_estimator,
+                test: self.threshold_test,
             }),
             None => None,
         };
@@ -363,6 +380,7 @@ impl SendArgs {
             eor: self.eor,
             burst: self.burst,
             paced_start: self.paced_start,
+            rule_trace: self.rule_trace,
             trip_times: self.trip_times,
             reply_timeout: self.reply_timeout,
             quiet: self.quiet,

@@ -55,6 +55,8 @@ pub struct SendConfig {
     pub burst: u32,
     /// `--paced-start`: one write per smoothed RTT for this long, whatever the rule says.
     pub paced_start: Option<Duration>,
+    /// `--rule-trace`: how often the rule-trace thread reads the rule's inputs.
+    pub rule_trace: Option<Duration>,
     /// Frame messages with the wire header so the sink measures one-way latency.
     pub trip_times: bool,
     /// How long to wait for the sink's reply after the last write.

@@ -53,6 +53,13 @@ pub struct SinkArgs {
     #[arg(long)]
     pub expect_trip_times: bool,
 
+    /// When to acknowledge: `auto` asks for an immediate ACK (TCP_QUICKACK) after each read
+    /// of a --trip-times stream, so the sender's ACK times are not blurred, and leaves plain
+    /// streams to the kernel's delayed ACKs; `quick` does so for every stream; `delayed`
+    /// never does (the kernel's own delayed-ACK heuristics throughout).
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    pub ack: AckPolicy,
+
     /// Print only connection totals, not interval lines.
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -66,6 +73,25 @@ pub struct SinkArgs {
     /// 0s = never.
     #[arg(long, default_value = "120s", value_parser = units::parse_duration_or_zero, value_name = "DUR")]
     pub idle_timeout: Duration,
+}
+
+/// `--ack`: whether the sink asks for immediate ACKs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AckPolicy {
+    Auto,
+    Quick,
+    Delayed,
+}
+
+impl AckPolicy {
+    /// Whether to set TCP_QUICKACK after a read of a stream that is (or is not) trip-timed.
+    pub fn quickack(self, trip_stream: bool) -> bool {
+        match self {
+            AckPolicy::Auto => trip_stream,
+            AckPolicy::Quick => true,
+            AckPolicy::Delayed => false,
+        }
+    }
 }
 
 fn parse_u32_bytes(s: &str) -> Result<u32, String> {

@@ -32,6 +32,7 @@ fn run_args(args: cli::SinkArgs) -> Result<i32, Failure> {
         out_dir: args.out,
         rcvbuf: args.rcvbuf,
         expect_trip_times: args.expect_trip_times,
+        ack: args.ack,
         quiet: args.quiet,
         max_conns: args.max_conns as usize,
         idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),

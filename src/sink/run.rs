@@ -48,6 +48,8 @@ pub struct SinkConfig {
     pub rcvbuf: Option<u32>,
     pub quiet: bool,
     pub expect_trip_times: bool,
+    /// When to ask for immediate ACKs (`--ack`).
+    pub ack: super::cli::AckPolicy,
     /// At most this many open connections; more wait in the kernel's backlog.
     pub max_conns: usize,
     /// Close a connection that has sent nothing for this long (None: never).
@@ -345,8 +347,9 @@ impl Sink<'_> {
                     {
                         return Some(Ending::Protocol(e.to_string()));
                     }
-                    if conn.stream.is_trip() {
+                    if self.cfg.ack.quickack(conn.stream.is_trip()) {
                         // Delayed ACKs would blur the sender's ACK times: ACK at once.
+                        // (Linux leaves quick-ACK mode by itself, so this is per read.)
                         let _ = crate::sys::set_int(
                             conn.sock.as_fd(),
                             libc::IPPROTO_TCP,
@@ -382,7 +385,7 @@ impl Sink<'_> {
     }
 
     /// Sends the sink's view back after a clean end of stream (the sender half-closed).
-    fn reply(conn: &Conn, own_boot_id: Option<&str>) {
+    fn reply(conn: &Conn, own_boot_id: Option<&str>, ack: super::cli::AckPolicy) {
         let end = conn.elapsed();
         let st = &conn.stream;
         let trip = st.trip();
@@ -401,6 +404,7 @@ impl Sink<'_> {
             negative_latencies: trip.map_or(0, |t| t.negative_latencies),
             read_times: trip.map_or_else(Vec::new, |t| t.read_times.clone()),
             read_times_truncated: messages as usize > MAX_REPLY_MESSAGES,
+            quickack: Some(ack.quickack(st.is_trip())),
         };
         let json = serde_json::to_vec(&reply).expect("reply serializes");
         // A bounded blocking write: a peer that does not read cannot stall the sink long.
@@ -446,7 +450,7 @@ impl Sink<'_> {
             csv.flush()?;
         }
         if ending == Ending::Eof {
-            Self::reply(&conn, self.boot_id.as_deref());
+            Self::reply(&conn, self.boot_id.as_deref(), self.cfg.ack);
         }
         let reason = match &ending {
             Ending::Eof => "closed by peer".to_string(),

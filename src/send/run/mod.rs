@@ -38,6 +38,7 @@ use crate::tstamp::{
 use crate::{sysinfo, units};
 
 mod paced_start;
+mod rule_trace;
 mod summary;
 mod timing;
 mod write_path;
@@ -68,6 +69,8 @@ pub enum SetupError {
         #[source]
         source: io::Error,
     },
+    #[error("--rule-trace: {0}")]
+    RuleTrace(String),
 }
 
 fn os(what: &'static str) -> impl FnOnce(nix::Error) -> SetupError {
@@ -236,6 +239,8 @@ struct Sender<'a> {
     /// Whether EPOLLOUT is in the socket's interest set.
     out_interest: bool,
     last_decision: Option<Decision>,
+    /// `--rule-trace`'s thread.
+    rule_trace: Option<rule_trace::RuleTrace>,
     /// SCHED time of the previous final row, for the advance notice of the next one.
     prev_sched_ns: Option<u64>,
     /// The second departure estimator (snd_nxt samples).
@@ -737,6 +742,23 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         eprintln!("sbm-send: warning: {w}");
     }
 
+    let rule_trace = match (cfg.rule_trace, cfg.out_dir.as_deref()) {
+        (Some(every), Some(dir)) => {
+            let info_optname = match &gate {
+                Gate::Kernel { info_optname } => *info_optname,
+                Gate::Emulated(_) => None,
+            };
+            let fd = sock
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| SetupError::RuleTrace(format!("dup of the socket: {e}")))?;
+            Some(
+                rule_trace::RuleTrace::start(fd, dir, every, info_optname, !cfg.options.nodelay)
+                    .map_err(SetupError::RuleTrace)?,
+            )
+        }
+        _ => None,
+    };
     let t0_ns = realtime_ns();
     let mut s = Sender {
         cfg,
@@ -765,6 +787,7 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         gate,
         out_interest: kernel_gate,
         last_decision: None,
+        rule_trace,
         prev_sched_ns: None,
         sampler: DepartureSampler::new(),
         next_sample: None,

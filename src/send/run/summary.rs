@@ -22,6 +22,12 @@ impl Sender<'_> {
                     .push(format!("final error-queue drain failed: {e:?}"));
             }
         }
+        if let Some(mut trace) = self.rule_trace.take() {
+            match trace.finish() {
+                Ok(rows) => crate::say!("rule trace: {rows} rows in rule-trace.csv"),
+                Err(e) => self.warnings.push(format!("rule trace ended early: {e}")),
+            }
+        }
         let written = self.run.tally.bytes_written;
         let notsent = self.sample_now(written).unwrap_or(0);
         let info = self.tcp_info().ok();
