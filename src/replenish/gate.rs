@@ -50,6 +50,8 @@ pub struct ReplenishConfig {
     /// From `--replenish-optname` or SBM_REPLENISH_OPTNAME.
     pub optname: Option<u32>,
     pub sub_mss_clause: bool,
+    /// `--sub-mss-clause always`: the clause under TCP_NODELAY too (an experiment).
+    pub clause_under_nodelay: bool,
     pub estimator: RateEstimator,
     /// The emulation's threshold test.
     pub test: ThresholdTest,
@@ -299,7 +301,7 @@ pub fn setup(
         implementation: None,
         replenish_time_us: Some(time_us),
         optname: None,
-        sub_mss_clause: Some(r.sub_mss_clause && !nodelay),
+        sub_mss_clause: Some(r.sub_mss_clause && (!nodelay || r.clause_under_nodelay)),
         rate_estimator: Some(r.estimator),
         threshold_test: Some(r.test),
         kernel_estimator: None,
@@ -346,7 +348,9 @@ pub fn setup(
     };
     check_lowat_combination(chosen, notsent_lowat)?;
     report.implementation = Some(chosen);
-    let rule = Replenish::new(time_us, r.sub_mss_clause, nodelay, r.estimator).with_test(r.test);
+    let rule = Replenish::new(time_us, r.sub_mss_clause, nodelay, r.estimator)
+        .with_test(r.test)
+        .with_clause_under_nodelay(r.clause_under_nodelay);
     Ok((
         Gate::Emulated(EmulatedGate::new(
             rule,

@@ -169,6 +169,9 @@ pub struct Replenish {
     pub nodelay: bool,
     pub estimator: RateEstimator,
     pub test: ThresholdTest,
+    /// The clause also under TCP_NODELAY: an experiment (the report's §1 controlled
+    /// comparison, where it pooled writes behind a cwnd-blocked segment), never a default.
+    pub clause_under_nodelay: bool,
     /// Above the threshold since the last invitation: wait for half of it.
     waiting: bool,
     /// The current delivery-rate estimate (bytes/s) and whether it came from an
@@ -226,6 +229,7 @@ impl Replenish {
             nodelay,
             estimator,
             test: ThresholdTest::Hysteresis,
+            clause_under_nodelay: false,
             waiting: false,
             estimate: None,
             window: AckWindow::default(),
@@ -235,6 +239,19 @@ impl Replenish {
     /// The same rule with another threshold test.
     pub fn with_test(self, test: ThresholdTest) -> Replenish {
         Replenish { test, ..self }
+    }
+
+    /// The same rule with its sub-MSS clause applied under TCP_NODELAY too (an experiment).
+    pub fn with_clause_under_nodelay(self, on: bool) -> Replenish {
+        Replenish {
+            clause_under_nodelay: on,
+            ..self
+        }
+    }
+
+    /// Whether the sub-MSS clause applies in this run.
+    fn clause_applies(&self) -> bool {
+        self.sub_mss_clause && (!self.nodelay || self.clause_under_nodelay)
     }
 
     /// min(cwnd × mss, peer window) / srtt, bytes/s.
@@ -319,7 +336,7 @@ impl Replenish {
         };
         // The threshold rule first, so that a write it invites is labelled by it; the
         // sub-MSS clause only where the threshold alone would say no.
-        let sub_mss = self.sub_mss_clause && !self.nodelay && o.notsent < o.mss;
+        let sub_mss = self.clause_applies() && o.notsent < o.mss;
         let d = if o.notsent == 0 {
             verdict(true, Reason::ZeroBacklog)
         } else if let Some(t) = threshold {
@@ -355,7 +372,7 @@ impl Replenish {
     /// active, at least 2 × MSS so that a sub-MSS backlog also wakes it.
     pub fn wake_lowat(&self, d: &Decision, mss: u32) -> u32 {
         let mut lowat = d.threshold.unwrap_or(0).min(u64::from(u32::MAX / 2)) as u32;
-        if self.sub_mss_clause && !self.nodelay {
+        if self.clause_applies() {
             lowat = lowat.max(2 * mss);
         }
         lowat.max(2)
@@ -632,5 +649,22 @@ mod tests {
             d.writable && d.reason == Reason::BelowHalfThreshold,
             "{d:?}"
         );
+    }
+
+    /// The report's §1 controlled comparison needs the clause under NODELAY on request only.
+    #[test]
+    fn the_clause_under_nodelay_only_when_asked() {
+        let tail = Observation {
+            notsent: 500,
+            ..obs(500, 1_250, false)
+        };
+        let mut plain = Replenish::new(15_000, true, true, RateEstimator::Delivery);
+        assert!(
+            !plain.decide(&tail).writable,
+            "NODELAY: no clause by default"
+        );
+        let mut forced = plain.clone().with_clause_under_nodelay(true);
+        let d = forced.decide(&tail);
+        assert!(d.writable && d.reason == Reason::SubMss, "{d:?}");
     }
 }

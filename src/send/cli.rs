@@ -24,10 +24,15 @@ Units: KB/MB/GB are powers of 10, KiB/MiB/GiB powers of 2; durations need a unit
 Exit status: 0 run complete, 1 run failed or ended early by the peer, 2 bad usage,
 128+N ended by signal N (files and summary are written in every case).";
 
+/// `--sub-mss-clause`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OnOff {
+pub enum SubMssClause {
+    /// Under Nagle (the report's §6 fix; never with --nodelay).
     On,
     Off,
+    /// Under --nodelay too: an experiment (the report's §1 controlled comparison, where it
+    /// pooled writes behind a cwnd-blocked segment); the rule must not do this.
+    Always,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -115,9 +120,9 @@ pub struct SendArgs {
     pub replenish_optname: Option<u32>,
 
     /// Emulation: treat a sub-MSS backlog as writable while Nagle is on (the report's §6
-    /// fix; never applies with --nodelay).
-    #[arg(long, value_enum, default_value_t = OnOff::On, requires = "replenish_time")]
-    pub sub_mss_clause: OnOff,
+    /// fix; `on` never applies with --nodelay, `always` does — an experiment only).
+    #[arg(long, value_enum, default_value_t = SubMssClause::On, requires = "replenish_time")]
+    pub sub_mss_clause: SubMssClause,
 
     /// Emulation: the drain-rate estimator — tcpi_delivery_rate (packets × MSS) with
     /// app-limited samples used as the kernel's filter does (delivery), never (delivery-nonapp)
@@ -342,7 +347,8 @@ impl SendArgs {
                 time,
                 implementation: self.replenish_impl,
                 optname: self.replenish_optname.or(replenish::optname_from_env()?),
-                sub_mss_clause: self.sub_mss_clause == OnOff::On,
+                sub_mss_clause: self.sub_mss_clause != SubMssClause::Off,
+                clause_under_nodelay: self.sub_mss_clause == SubMssClause::Always,
                 estimator: self.rate_estimator,
                 test: self.threshold_test,
             }),
