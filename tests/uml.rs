@@ -1117,8 +1117,12 @@ fn guest_side_shaped_path_claims() {
         "guest claim: a blocking writer took {on} B in 1 s with the rule, {off} B without; \
          unsent backlog while it wrote {on_floor}..{on_peak} B with, {off_floor}..{off_peak} B without"
     );
+    // A coarse check only: the two one-second runs follow each other on a shaped path, so
+    // their byte counts differ by 10–15 % run to run (0.86 seen in CI with the writer not
+    // held back: floors 69 504 B both). The backlog's floor below is the claim that tells a
+    // held-back writer (1 448 B on the v1 mutant) from a free one.
     assert!(
-        on as f64 >= 0.9 * off as f64,
+        on as f64 >= 0.7 * off as f64,
         "a blocking writer took {on} B in 1 s with the rule, {off} B without"
     );
     assert!(
