@@ -196,6 +196,27 @@ fn kernel_claims_hold_in_the_guest() {
     assert_eq!(record["guest_exit"], 0);
 }
 
+/// What the shaped-path guest tests share: the lock that runs test beds one at a time, the
+/// patched kernel, a 2 Mb/s bed named `prefix` and a sink in its receiver namespace. Bound
+/// in this order, they are dropped in reverse: the lock goes last.
+fn guest_bed_at_2mbit(prefix: &str) -> (std::sync::MutexGuard<'static, ()>, PathBuf, Bed, Sink) {
+    let serial = serial();
+    require_root();
+    let kernel = kernel();
+    let bed = Bed::up(prefix, &["--rate", "2mbit"]);
+    let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+    (serial, kernel, bed, sink)
+}
+
+/// A column of a run's intervals.csv, over the intervals after the warm-up.
+fn after_warmup(run: &Path, column: &str) -> Vec<f64> {
+    read_csv(&run.join("intervals.csv"))
+        .iter()
+        .filter(|r| r["warmup"] == "false")
+        .map(|r| r[column].parse().unwrap())
+        .collect()
+}
+
 fn read_sysctl(path: &str) -> String {
     std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{path}: {e} (not the patched kernel?)"))
@@ -700,11 +721,7 @@ fn the_kernel_rule_invites_edge_and_level_writers_without_timestamps() {
     if in_guest() {
         return;
     }
-    let _g = serial();
-    require_root();
-    let kernel = kernel();
-    let bed = Bed::up("ukw", &["--rate", "2mbit"]);
-    let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+    let (_g, kernel, bed, sink) = guest_bed_at_2mbit("ukw");
     let send = bin("sbm-send");
     let runs = [
         ("level", false),
@@ -739,11 +756,7 @@ fn the_kernel_rule_invites_edge_and_level_writers_without_timestamps() {
         );
         // Goodput leaves out what was in flight when the warm-up ended (at least a BDP,
         // 43 KB here), with and without timestamps alike.
-        let acked_after: f64 = read_csv(&out.join(&tag).join("intervals.csv"))
-            .iter()
-            .filter(|r| r["warmup"] == "false")
-            .map(|r| r["bytes_acked"].parse::<f64>().unwrap())
-            .sum();
+        let acked_after: f64 = after_warmup(&out.join(&tag), "bytes_acked").iter().sum();
         let goodput_bytes = s["totals"]["goodput_bytes"].as_f64().unwrap();
         assert!(
             goodput_bytes <= acked_after - 20_000.0,
@@ -778,11 +791,7 @@ fn the_forced_trap_holds_without_the_clause_and_the_clause_releases_it() {
     if in_guest() {
         return;
     }
-    let _g = serial();
-    require_root();
-    let kernel = kernel();
-    let bed = Bed::up("ukt", &["--rate", "2mbit"]);
-    let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+    let (_g, kernel, bed, sink) = guest_bed_at_2mbit("ukt");
     let send = bin("sbm-send");
     let script: Vec<String> = [("off", 0), ("on", 1)]
         .iter()
@@ -799,12 +808,7 @@ fn the_forced_trap_holds_without_the_clause_and_the_clause_releases_it() {
     sink.stop();
     assert_eq!(res.code(), Some(0), "{}\n{}", console(&out), res.stderr);
     let per_rtt = |tag: &str| -> f64 {
-        let rows = read_csv(&out.join(tag).join("intervals.csv"));
-        let after: Vec<f64> = rows
-            .iter()
-            .filter(|r| r["warmup"] == "false")
-            .map(|r| r["writes_per_rtt"].parse().unwrap())
-            .collect();
+        let after = after_warmup(&out.join(tag), "writes_per_rtt");
         after.iter().sum::<f64>() / after.len() as f64
     };
     let payload = 2e6 * 1228.0 / 1294.0;
@@ -841,11 +845,7 @@ fn normal_starts_lock_under_the_half_test_and_the_clause_releases_them() {
     if in_guest() {
         return;
     }
-    let _g = serial();
-    require_root();
-    let kernel = kernel();
-    let bed = Bed::up("ukn", &["--rate", "2mbit"]);
-    let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+    let (_g, kernel, bed, sink) = guest_bed_at_2mbit("ukn");
     let send = bin("sbm-send");
     let runs: [(&str, u8, &str); 5] = [
         ("kernel", 0, "--replenish-impl kernel"),
@@ -877,11 +877,7 @@ fn normal_starts_lock_under_the_half_test_and_the_clause_releases_them() {
     sink.stop();
     assert_eq!(res.code(), Some(0), "{}\n{}", console(&out), res.stderr);
     let per_rtt = |tag: &str| -> f64 {
-        let mut after: Vec<f64> = read_csv(&out.join(tag).join("intervals.csv"))
-            .iter()
-            .filter(|r| r["warmup"] == "false")
-            .map(|r| r["writes_per_rtt"].parse().unwrap())
-            .collect();
+        let mut after = after_warmup(&out.join(tag), "writes_per_rtt");
         after.sort_by(f64::total_cmp);
         after[after.len() / 2]
     };
@@ -1145,11 +1141,7 @@ fn kernel_rule_on_a_shaped_path_in_the_guest() {
         }
         return;
     }
-    let _g = serial();
-    require_root();
-    let kernel = kernel();
-    let bed = Bed::up("uks", &["--rate", "2mbit"]);
-    let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+    let (_g, kernel, bed, sink) = guest_bed_at_2mbit("uks");
     let (res, out) = this_test_in_guest(
         &bed,
         &kernel,

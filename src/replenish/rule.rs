@@ -6,7 +6,8 @@
 //! fallen to half that (the hysteresis of Linux's write-space wakeups). Always writable at
 //! zero backlog and when there is no estimate yet; with Nagle on and the sub-MSS clause
 //! (the report's §1 suggestion 2, XNU's rule), writable while 0 < notsent < MSS. The clause
-//! never applies under TCP_NODELAY (§1: there it pools writes behind a cwnd-blocked segment).
+//! never applies under TCP_NODELAY (§1: there it pools writes behind a cwnd-blocked segment)
+//! unless an experiment asks for it ([`Replenish::with_clause_under_nodelay`]).
 
 use std::time::Instant;
 
@@ -58,6 +59,16 @@ pub enum ThresholdTest {
     Hysteresis,
     /// backlog ≤ T/2 always: the patched kernel's one test for poll and wakeup (v2).
     Half,
+}
+
+impl ThresholdTest {
+    /// The name used on the command line and in summary.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThresholdTest::Hysteresis => "hysteresis",
+            ThresholdTest::Half => "half",
+        }
+    }
 }
 
 /// Where the drain rate of a decision came from.
@@ -666,5 +677,19 @@ mod tests {
         let mut forced = plain.clone().with_clause_under_nodelay(true);
         let d = forced.decide(&tail);
         assert!(d.writable && d.reason == Reason::SubMss, "{d:?}");
+    }
+
+    /// The printed names are the serde (summary.json) and command-line names.
+    #[test]
+    fn names_are_the_serialized_and_command_line_names() {
+        use clap::ValueEnum;
+        for e in RateEstimator::value_variants() {
+            assert_eq!(serde_json::to_value(e).unwrap(), e.name());
+            assert_eq!(e.to_possible_value().unwrap().get_name(), e.name());
+        }
+        for t in ThresholdTest::value_variants() {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.name());
+            assert_eq!(t.to_possible_value().unwrap().get_name(), t.name());
+        }
     }
 }

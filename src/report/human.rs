@@ -210,20 +210,15 @@ pub fn policy_line(p: &crate::replenish::PolicyReport) -> String {
 /// ", sub-MSS clause on, rate estimator delivery, threshold test hysteresis" and the like:
 /// what the run's rule used, as far as it is known.
 fn policy_details(p: &crate::replenish::PolicyReport) -> String {
-    let name = |v: serde_json::Result<serde_json::Value>| {
-        v.ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default()
-    };
     let mut parts = vec![];
     if let Some(c) = p.sub_mss_clause {
         parts.push(format!("sub-MSS clause {}", if c { "on" } else { "off" }));
     }
     if let Some(e) = p.rate_estimator {
-        parts.push(format!("rate estimator {}", name(serde_json::to_value(e))));
+        parts.push(format!("rate estimator {}", e.name()));
     }
     if let Some(t) = p.threshold_test {
-        parts.push(format!("threshold test {}", name(serde_json::to_value(t))));
+        parts.push(format!("threshold test {}", t.name()));
     }
     if let Some(k) = p.kernel_estimator {
         parts.push(format!("net.ipv4.tcp_replenish_estimator {k}"));
