@@ -250,7 +250,7 @@ fn bad_matrices_fail_with_one_line() {
     assert!(res.stderr.contains("no-such-preset.toml"), "{}", res.stderr);
     let res = run_matrix(&["paper", "--dry-run"], Duration::from_secs(10));
     assert_eq!(res.code(), Some(0));
-    assert!(res.stdout.contains("15 cells"), "{}", res.stdout);
+    assert!(res.stdout.contains("75 cells"), "{}", res.stdout);
 }
 
 /// The committed reproduction's table is what its stored results say: rebuilding it from
