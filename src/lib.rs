@@ -17,19 +17,25 @@
 //! - [`send`]: sbm-send — its CLI and config, and the loop split by job in `send::run`:
 //!   `run/mod.rs` (set-up, events, intervals), `run/write_path.rs` (the write path and the
 //!   readiness gate's actions), `run/timing.rs` (TX reports, the snd_nxt sampler, each
-//!   write's final row), `run/summary.rs` (the end of a run); `send::trip` the trip-time
-//!   framing and the comparison with the sink.
+//!   write's final row), `run/summary.rs` (the end of a run), `run/source_path.rs` (an
+//!   application-limited source's side of the loop); `send::trip` the trip-time framing and
+//!   the comparison with the sink; `send::source` the sources (paced, frames, render on
+//!   invitation) as pure clocks and queues, `send::content_age` each frame's life to the
+//!   sink.
 //! - [`sink`]: sbm-sink, the discard receiver (bounded connections, idle timeout, back-off).
 //! - [`sys`]: the only unsafe code: raw syscalls.
 //! - [`delay`]: sbm-delay, the test bed's NFQUEUE delay line.
 //! - [`testbed`]: sbm-testbed, the emulated WAN path and real-host shaping.
 //! - [`matrix`]: sbm-matrix — `matrix::spec` the matrix file and its cells (the model),
 //!   `matrix::run` running them (typed `MatrixError`), `matrix::report` summary.csv,
-//!   table.md and plots as functions of the cells' stored results, `matrix::svg` the plots.
-//! - [`addr`], [`cli`], [`ne`], [`signals`], [`sysinfo`]: small helpers.
+//!   table.md and plots as functions of the cells' stored results, `matrix::svg` the plots,
+//!   `matrix::schedule` bottleneck changes during a cell, `matrix::recovery` the content
+//!   age's return to its floor after them.
+//! - [`addr`], [`cli`], [`clock`], [`ne`], [`signals`], [`sysinfo`]: small helpers.
 
 pub mod addr;
 pub mod cli;
+pub mod clock;
 pub mod delay;
 pub mod matrix;
 pub mod ne;

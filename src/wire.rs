@@ -5,19 +5,26 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 4 | magic `SBMt` |
-//! | 4 | 2 | version (1) |
+//! | 4 | 2 | version (2; 1 is read too) |
 //! | 6 | 2 | kind: 0 = hello, 1 = data |
 //! | 8 | 8 | sequence (hello 0, data from 1, +1 per message) |
 //! | 16 | 8 | write time, CLOCK_REALTIME ns (when the message's first write started) |
 //! | 24 | 4 | message length in bytes, header included (hello: 32 + 36) |
-//! | 28 | 4 | reserved, 0 |
+//! | 28 | 4 | content age at the first write, µs (version 2; 0 in version 1) |
+//!
+//! The content age says how old the message's content was when its first write started
+//! (an application-limited source generated it earlier; a bulk source writes it at once:
+//! 0), so the sink knows the content time, write time − age, and measures the age of the
+//! content when its last byte arrives.
 //!
 //! A hello carries the sender's boot id (36 ASCII bytes) after the header and comes first.
 //! Without `--trip-times` the stream carries no header bytes at all; the sink recognises a
 //! trip-timed stream by the magic at its first byte.
 
 pub const MAGIC: [u8; 4] = *b"SBMt";
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
+/// The oldest header version the parser reads (no content age).
+pub const OLDEST_VERSION: u16 = 1;
 pub const HEADER_LEN: usize = 32;
 pub const BOOT_ID_LEN: usize = 36;
 pub const HELLO_LEN: usize = HEADER_LEN + BOOT_ID_LEN;
@@ -32,6 +39,8 @@ pub struct Header {
     pub seq: u64,
     pub write_ns: u64,
     pub len: u32,
+    /// How old the content was at `write_ns`, µs.
+    pub content_age_us: u32,
 }
 
 impl Header {
@@ -41,7 +50,22 @@ impl Header {
             seq,
             write_ns,
             len,
+            content_age_us: 0,
         }
+    }
+
+    /// The same header for content generated at `content_ns` (≤ the write time; an age
+    /// beyond u32 µs, 71 minutes, saturates).
+    pub fn with_content_time(mut self, content_ns: u64) -> Header {
+        let age_us = self.write_ns.saturating_sub(content_ns) / 1_000;
+        self.content_age_us = age_us.min(u64::from(u32::MAX)) as u32;
+        self
+    }
+
+    /// When the content was generated.
+    pub fn content_ns(&self) -> u64 {
+        self.write_ns
+            .saturating_sub(u64::from(self.content_age_us) * 1_000)
     }
 
     pub fn encode(&self, out: &mut [u8]) {
@@ -51,7 +75,7 @@ impl Header {
         out[8..16].copy_from_slice(&self.seq.to_be_bytes());
         out[16..24].copy_from_slice(&self.write_ns.to_be_bytes());
         out[24..28].copy_from_slice(&self.len.to_be_bytes());
-        out[28..32].copy_from_slice(&0u32.to_be_bytes());
+        out[28..32].copy_from_slice(&self.content_age_us.to_be_bytes());
     }
 }
 
@@ -63,6 +87,7 @@ pub fn hello(boot_id: &str, write_ns: u64) -> Vec<u8> {
         seq: 0,
         write_ns,
         len: HELLO_LEN as u32,
+        content_age_us: 0,
     }
     .encode(&mut b);
     let id = boot_id.as_bytes();
@@ -81,6 +106,8 @@ pub enum Event {
     Message {
         seq: u64,
         write_ns: u64,
+        /// When its content was generated (= write_ns for bulk data and version 1).
+        content_ns: u64,
         len: u32,
         read_ns: u64,
     },
@@ -152,6 +179,7 @@ impl Parser {
                     out.push(Event::Message {
                         seq: h.seq,
                         write_ns: h.write_ns,
+                        content_ns: h.content_ns(),
                         len: h.len,
                         read_ns,
                     });
@@ -177,6 +205,7 @@ impl Parser {
                     out.push(Event::Message {
                         seq: h.seq,
                         write_ns: h.write_ns,
+                        content_ns: h.content_ns(),
                         len: h.len,
                         read_ns,
                     });
@@ -206,7 +235,7 @@ impl Parser {
             return Err(WireError::Magic([h[0], h[1], h[2], h[3]], self.offset));
         }
         let version = u16::from_be_bytes([h[4], h[5]]);
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(WireError::Version(version));
         }
         match self.kind() {
@@ -223,6 +252,8 @@ impl Parser {
         let seq = u64::from_be_bytes(h[8..16].try_into().expect("8 bytes"));
         let write_ns = u64::from_be_bytes(h[16..24].try_into().expect("8 bytes"));
         let len = u32::from_be_bytes(h[24..28].try_into().expect("4 bytes"));
+        // Version 1 wrote 0 here (reserved).
+        let content_age_us = u32::from_be_bytes(h[28..32].try_into().expect("4 bytes"));
         if (len as usize) < HEADER_LEN || len > MAX_MESSAGE {
             return Err(WireError::Length(len));
         }
@@ -236,7 +267,10 @@ impl Parser {
         self.offset += HEADER_LEN as u64;
         self.have = 0;
         self.remaining = u64::from(len) - HEADER_LEN as u64;
-        Ok(Header::data(seq, write_ns, len))
+        Ok(Header {
+            content_age_us,
+            ..Header::data(seq, write_ns, len)
+        })
     }
 
     /// The stream ended (EOF): an error if it ended inside a header or a message.
@@ -356,6 +390,37 @@ mod tests {
         let mut p = Parser::new();
         p.feed(&s[..HELLO_LEN + 500], 0, &mut ev).unwrap();
         assert_eq!(p.finish(0, &mut ev), Err(WireError::Truncated("a message")));
+    }
+
+    #[test]
+    fn content_time_travels_in_version_2_and_version_1_still_reads() {
+        let ms = 1_000_000u64;
+        let mut s = hello("x", 0);
+        let mut m = vec![0u8; 100];
+        // Generated at 5 ms, first written at 45 ms: 40 ms old.
+        let h = Header::data(1, 45 * ms, 100).with_content_time(5 * ms);
+        assert_eq!(h.content_age_us, 40_000);
+        h.encode(&mut m);
+        s.extend(&m);
+        // A version-1 message: reserved 0, content time = write time.
+        let mut m1 = message(2, 50 * ms, 64);
+        m1[4..6].copy_from_slice(&1u16.to_be_bytes());
+        s.extend(&m1);
+        let mut ev = vec![];
+        Parser::new().feed(&s, 99 * ms, &mut ev).unwrap();
+        let content: Vec<u64> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::Message { content_ns, .. } => Some(*content_ns),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(content, [5 * ms, 50 * ms]);
+        // Content "from the future" is age 0, not an underflow.
+        assert_eq!(
+            Header::data(1, 10, 32).with_content_time(20).content_age_us,
+            0
+        );
     }
 
     #[test]

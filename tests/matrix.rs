@@ -422,3 +422,132 @@ fn every_committed_cell_recomputes_from_its_raw_files() {
     }
     assert!(cells >= 50, "only {cells} cells checked");
 }
+
+/// A rate schedule: the bottleneck changes at its instants after the sender connected —
+/// read back from tc while the cell runs, not from sbm's own records — meta.json records
+/// each change, and the cell's goodput follows the rate.
+#[test]
+fn a_rate_schedule_changes_the_bottleneck_on_time_and_is_recorded() {
+    let _g = serial();
+    require_root();
+    let dir = tempdir("schedule");
+    let prefix = format!("rs{}", std::process::id() % 100_000);
+    let matrix = dir.join("sched.toml");
+    std::fs::write(
+        &matrix,
+        r#"name = "sched"
+duration = "7s"
+warmup = "1s"
+pause = "0s"
+drain_timeout = "3s"
+[path]
+rtt = "20ms"
+[axes]
+rate = ["2mbit-dip"]
+config = ["frames"]
+[rates."2mbit-dip"]
+rate = "2mbit"
+schedule = [{ at = "2s", rate = "500kbit" }, { at = "4500ms", rate = "2mbit" }]
+[configs.frames]
+args = ["--fps", "30", "--frame-size", "6KB", "--stale", "latest", "--notsent-lowat", "16KB"]
+"#,
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let mut cmd = Command::new(matrix_bin());
+    cmd.args([
+        "run",
+        matrix.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--prefix",
+        &prefix,
+    ]);
+    let mut run = Running::spawn_command(cmd);
+    // Read the HTB class rate on the wan namespace's egress toward rcv as fast as tc
+    // answers, and note when it changed.
+    let wan = format!("{prefix}-wan");
+    let mut seen: Vec<(u64, u64)> = vec![];
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while run.is_running() && std::time::Instant::now() < deadline {
+        let o = run_program(
+            "ip",
+            &["netns", "exec", &wan, "tc", "class", "show", "dev", "wr"],
+            Duration::from_secs(5),
+        );
+        let at = sbm::clock::realtime_ns();
+        let rate = o
+            .stdout
+            .split_whitespace()
+            .skip_while(|w| *w != "rate")
+            .nth(1)
+            .and_then(parse_tc_rate);
+        if let Some(r) = rate {
+            if seen.last().is_none_or(|&(_, last)| last != r) {
+                seen.push((at, r));
+            }
+        }
+    }
+    let res = run.wait(Duration::from_secs(60));
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    assert!(namespaces_with(&prefix).is_empty(), "the test bed is gone");
+    let cell = out.join("2mbit-dip-frames");
+    let meta = read_json(&cell.join("meta.json"));
+    let origin = meta["schedule_origin_unix_ns"]
+        .as_u64()
+        .expect("origin recorded");
+    let changes = meta["rate_changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 2, "{meta}");
+    let rates: Vec<u64> = seen.iter().map(|s| s.1).collect();
+    assert_eq!(rates, [2_000_000, 500_000, 2_000_000], "tc showed {seen:?}");
+    for (k, (due_s, change)) in [2.0, 4.5].iter().zip(changes).enumerate() {
+        let observed = seen[k + 1].0;
+        let due = origin + (due_s * 1e9) as u64;
+        let late_ms = (observed as i64 - due as i64) as f64 / 1e6;
+        // tc is polled, so the observation is late by up to one poll.
+        assert!(
+            (-5.0..100.0).contains(&late_ms),
+            "change {k}: tc showed it {late_ms:.1} ms after it was due"
+        );
+        let applied = change["applied_unix_ns"].as_u64().unwrap();
+        assert!(
+            applied <= observed + 5_000_000 && observed - applied.min(observed) < 100_000_000,
+            "change {k}: recorded at {applied}, seen at {observed}"
+        );
+        assert!(change["error"].is_null(), "{change}");
+    }
+    // The sender saw it: a second at 500 kb/s carries well under the 1.44 Mb/s of frames.
+    let intervals = read_csv(&cell.join("intervals.csv"));
+    let goodput = |start: f64| {
+        intervals
+            .iter()
+            .find(|r| f(r, "start_s") == start)
+            .map(|r| f(r, "goodput_bps"))
+            .unwrap()
+    };
+    assert!(goodput(1.0) > 1.2e6, "before the dip: {}", goodput(1.0));
+    assert!(goodput(3.0) < 0.6e6, "in the dip: {}", goodput(3.0));
+    assert!(goodput(6.0) > 1.2e6, "after it: {}", goodput(6.0));
+    let summary = read_json(&cell.join("summary.json"));
+    assert!(summary["content_age"]["dropped"].as_u64().unwrap() > 0);
+}
+
+/// Every preset is a valid matrix whose cells' sender arguments all pass sbm-send's own
+/// parser (`--dry-run` checks both and runs nothing).
+#[test]
+fn every_preset_dry_runs() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(presets()).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let res = run_matrix(
+            &[path.to_str().unwrap(), "--dry-run"],
+            Duration::from_secs(30),
+        );
+        assert_eq!(res.code(), Some(0), "{}: {}", path.display(), res.stderr);
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} presets found");
+}

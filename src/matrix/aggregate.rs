@@ -276,6 +276,76 @@ pub fn trapped_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
     )
 }
 
+/// "## Content age": for cells with an application-limited source, the age of the content
+/// at the sink and the frames dropped as stale, over the runs.
+pub fn content_age_md(groups: &[Group<'_>]) -> String {
+    let mut lines = vec![];
+    for g in groups {
+        let ok = g.ok();
+        let runs: Vec<&&SummaryRow> = ok.iter().filter(|r| r.content_source.is_some()).collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let spread = |f: fn(&SummaryRow) -> Option<u64>| {
+            Spread::of(runs.iter().filter_map(|r| f(r)).map(|v| v as f64))
+        };
+        let show = |s: Option<Spread>, fmt: &dyn Fn(f64) -> String| {
+            s.map_or("not measured".into(), |s| s.show(fmt))
+        };
+        let dropped = runs
+            .iter()
+            .filter_map(|r| Some(r.frames_dropped? as f64 / r.frames_generated?.max(1) as f64))
+            .map(|x| x * 100.0);
+        lines.push(format!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            g.row,
+            super::report::rate_header(&g.rate),
+            runs[0].content_source.as_deref().unwrap_or(""),
+            show(spread(|r| r.content_age_p50_us), &delay),
+            show(spread(|r| r.content_age_p95_us), &delay),
+            show(Spread::of(dropped), &|x| format!("{x:.1} %")),
+            recovery_text(&runs),
+        ));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n## Content age\n\nApplication-limited sources: the age of the content when the sink read its last byte (read time − content time), over the frames generated after the warm-up, and the share of frames dropped as stale; medians of the runs with their range. With rate changes, the seconds after each change until the age was back at its floor (the median age before the first change; back = every frame of the next second within the larger of 25 % and 10 ms above it; README, `age_recovery_s`).\n\n| sender configuration | rate | source | age at the sink, p50 | p95 | dropped | back at the floor after each change (s) |\n|---|---|---|---|---|---|---|\n{}\n",
+        lines.join("\n")
+    )
+}
+
+/// Per rate change, the runs' seconds until the age was back at its floor: their median
+/// and range, and how many runs it never was.
+fn recovery_text(runs: &[&&SummaryRow]) -> String {
+    let per_run: Vec<Vec<Option<f64>>> = runs
+        .iter()
+        .filter_map(|r| r.age_recovery_s.as_deref())
+        .map(|s| s.split(';').map(|v| v.parse().ok()).collect())
+        .collect();
+    let changes = per_run.iter().map(Vec::len).max().unwrap_or(0);
+    if changes == 0 {
+        return "—".into();
+    }
+    (0..changes)
+        .map(|k| {
+            let vals: Vec<Option<f64>> = per_run
+                .iter()
+                .map(|r| r.get(k).copied().flatten())
+                .collect();
+            let never = vals.iter().filter(|v| v.is_none()).count();
+            let mut text = Spread::of(vals.iter().flatten().copied())
+                .map_or("never".into(), |s| s.show(|x| format!("{x:.1}")));
+            if never > 0 && never < vals.len() {
+                text.push_str(&format!(", not back in {never} of {}", vals.len()));
+            }
+            format!("change {}: {text}", k + 1)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The delay and goodput part of a table cell: medians of the runs' figures with their
 /// range when there is more than one run.
 pub fn figures(g: &Group<'_>) -> Option<String> {

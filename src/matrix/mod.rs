@@ -2,8 +2,10 @@
 //! builds the report's table from the results (`scripts/matrix` wraps it).
 
 pub mod aggregate;
+pub mod recovery;
 pub mod report;
 pub mod run;
+pub mod schedule;
 pub mod spec;
 pub mod svg;
 

@@ -96,6 +96,18 @@ pub struct SummaryRow {
     pub cpu_throttled_share: Option<f64>,
     pub cpu_throttled_us: Option<u64>,
     pub cpu_usage_us: Option<u64>,
+    /// Application-limited sources: the content's age at the sink after the warm-up, and
+    /// what became of the frames (summary.json `content_age`).
+    pub content_source: Option<String>,
+    pub content_age_p50_us: Option<u64>,
+    pub content_age_p95_us: Option<u64>,
+    pub content_age_max_us: Option<u64>,
+    pub frames_generated: Option<u64>,
+    pub frames_dropped: Option<u64>,
+    /// With rate changes: the age's floor before the first change, and per change the
+    /// seconds until the age was back at it (`;`-separated, `-`: not back).
+    pub age_floor_us: Option<u64>,
+    pub age_recovery_s: Option<String>,
 }
 
 fn u(v: &Value) -> Option<u64> {
@@ -113,6 +125,8 @@ pub struct CellFiles {
     pub uml: Option<Value>,
     /// The median over intervals.csv's rows after the warm-up of writes per smoothed RTT.
     pub writes_per_rtt: Option<f64>,
+    /// Cells with rate changes and frames: the content age's return to its floor.
+    pub recovery: Option<super::recovery::Recovery>,
 }
 
 impl CellFiles {
@@ -127,6 +141,7 @@ impl CellFiles {
             summary: json("summary.json").and_then(|v| serde_json::from_value(v).ok()),
             uml: json("uml.json"),
             writes_per_rtt: median_after_warmup(dir, "writes_per_rtt"),
+            recovery: super::recovery::of_cell(dir),
         }
     }
 }
@@ -146,6 +161,7 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
             None => kind.to_string(),
         }
     });
+    let age = s.and_then(|s| s.content_age.as_ref());
     let p = |f: fn(&SendSummary) -> &Percentiles, q: fn(&Percentiles) -> Option<u64>| {
         s.and_then(|s| q(f(s)))
     };
@@ -188,6 +204,20 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         cpu_throttled_share: quota["throttled_share"].as_f64(),
         cpu_throttled_us: u(&quota["stat"]["throttled_us"]),
         cpu_usage_us: u(&quota["stat"]["usage_us"]),
+        content_source: age.map(|c| c.source.clone()),
+        content_age_p50_us: age.and_then(|c| c.at_sink.p50_us),
+        content_age_p95_us: age.and_then(|c| c.at_sink.p95_us),
+        content_age_max_us: age.and_then(|c| c.at_sink.max_us),
+        frames_generated: age.map(|c| c.generated),
+        frames_dropped: age.map(|c| c.dropped),
+        age_floor_us: files.recovery.as_ref().and_then(|r| r.floor_us),
+        age_recovery_s: files.recovery.as_ref().map(|r| {
+            r.after_change_s
+                .iter()
+                .map(|v| v.map_or("-".into(), |s| format!("{s:.2}")))
+                .collect::<Vec<String>>()
+                .join(";")
+        }),
     }
 }
 
@@ -364,8 +394,10 @@ pub fn table_md(spec: &MatrixSpec, rows: &[SummaryRow]) -> String {
             let _ = writeln!(out, "\n{}: {note}", rate_header(rate));
         }
     }
+    out.push_str(&schedules_md(spec));
     out.push_str(&aggregate::against_report_md(spec, &groups));
     out.push_str(&aggregate::trapped_md(spec, &groups));
+    out.push_str(&aggregate::content_age_md(&groups));
     out.push_str(&estimators_md(rows));
     out
 }
@@ -378,7 +410,7 @@ fn path_md(spec: &MatrixSpec) -> String {
     };
     let mut parts = vec![];
     for rate in &spec.axes.rate {
-        let Ok(Some(rate_bps)) = super::spec::parse_rate(rate) else {
+        let Ok(Some(rate_bps)) = super::spec::parse_rate(spec.start_rate(rate)) else {
             continue;
         };
         let b = crate::testbed::plan::Bottleneck { rate_bps, queue };
@@ -408,6 +440,35 @@ fn path_md(spec: &MatrixSpec) -> String {
         spec.path.rtt,
         parts.join("; ")
     )
+}
+
+/// The rate columns whose bottleneck changes during each cell, step by step.
+fn schedules_md(spec: &MatrixSpec) -> String {
+    let mut out = String::new();
+    for rate in &spec.axes.rate {
+        let Some(o) = spec.rates.get(rate).filter(|o| !o.schedule.is_empty()) else {
+            continue;
+        };
+        let steps: Vec<String> = o
+            .schedule
+            .iter()
+            .map(|s| {
+                let q = s
+                    .queue
+                    .as_ref()
+                    .map_or(String::new(), |q| format!(" (queue {q})"));
+                format!("{} at {}{q}", rate_header(&s.rate), s.at)
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "\n{}: the bottleneck starts at {} and changes to {}, times after the sender connected (each cell's meta.json `rate_changes` says when each took effect).",
+            rate_header(rate),
+            rate_header(spec.start_rate(rate)),
+            steps.join(", then ")
+        );
+    }
+    out
 }
 
 fn opt_delay(v: Option<u64>) -> String {
@@ -450,12 +511,15 @@ pub fn estimators_md(rows: &[SummaryRow]) -> String {
     out
 }
 
+/// A rate column's header: the rate as the report writes it, `unshaped`, or the column's
+/// own name (a column named in `[rates]`, e.g. one with a schedule).
 pub fn rate_header(rate: &str) -> String {
     match super::spec::parse_rate(rate) {
         Ok(Some(bps)) => fmt_rate(bps as f64)
             .replace(".00 Mb/s", " Mb/s")
             .replace(".0 kb/s", " kb/s"),
-        _ => "unshaped".into(),
+        Ok(None) => "unshaped".into(),
+        Err(_) => rate.into(),
     }
 }
 
@@ -633,7 +697,52 @@ fn write_plots(
             }],
             ..Default::default()
         };
+        let markers = rate_change_markers(&dir);
         let mut charts = vec![a, b, w];
+        // The readiness threshold against what the rule believes the drain rate is (how
+        // each rule tracks rate changes and slow start), where a rule set them.
+        let threshold = interval_series(&dir, "threshold_bytes", 1e-3);
+        if !threshold.is_empty() {
+            charts.push(Chart {
+                title: format!("{}: readiness threshold and drain rate", c.name),
+                x_label: "time since connect (s)".into(),
+                y_label: "threshold (kB) / rate (Mb/s)".into(),
+                series: vec![
+                    Series {
+                        name: "threshold (kB)".into(),
+                        points: threshold,
+                        style: Style::Line,
+                    },
+                    Series {
+                        name: "drain rate (Mb/s)".into(),
+                        points: interval_series(&dir, "drain_rate_bps", 1e-6),
+                        style: Style::Line,
+                    },
+                    Series {
+                        name: "delivery rate (Mb/s)".into(),
+                        points: interval_series(&dir, "delivery_rate_bps", 1e-6),
+                        style: Style::Line,
+                    },
+                ],
+                ..Default::default()
+            });
+        }
+        // Application-limited sources: the content's age per interval.
+        let age = content_age_series(&dir);
+        if !age.is_empty() {
+            charts.push(Chart {
+                title: format!("{}: content age at the sink per interval", c.name),
+                x_label: "content time since connect (s)".into(),
+                y_label: "age (ms)".into(),
+                series: age,
+                ..Default::default()
+            });
+        }
+        for ch in &mut charts {
+            if ch.x_label.starts_with("time since") || ch.x_label.starts_with("content time") {
+                ch.markers = markers.clone();
+            }
+        }
         // BBR's own view of the path, when the cell ran BBR.
         let bbr_bw = interval_series(&dir, "bbr_bw_bps", 1e-6);
         if !bbr_bw.is_empty() {
@@ -700,6 +809,70 @@ fn write_plots(
 }
 
 /// Median of an intervals.csv column over the intervals after the warm-up.
+/// A cell's rate changes as plot markers: seconds since the sender connected (summary.json
+/// `started_unix_ns`) and the new rate.
+fn rate_change_markers(dir: &Path) -> Vec<(f64, String)> {
+    let read = |name: &str| -> Option<Value> {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).ok()?).ok()
+    };
+    let (Some(meta), Some(summary)) = (read("meta.json"), read("summary.json")) else {
+        return vec![];
+    };
+    let Some(t0) = summary["started_unix_ns"].as_u64() else {
+        return vec![];
+    };
+    meta["rate_changes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| {
+                    let at = c["applied_unix_ns"].as_u64()?;
+                    let label = c["rate_bps"]
+                        .as_u64()
+                        .map_or("unshaped".into(), |r| fmt_rate(r as f64));
+                    Some(((at as f64 - t0 as f64) / 1e9, format!("→ {label}")))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// content-age.csv's p50 and p95 at the sink per interval (ms), for the cell plots.
+fn content_age_series(dir: &Path) -> Vec<Series> {
+    let Ok(file) = compressed::open(&dir.join("content-age.csv")) else {
+        return vec![];
+    };
+    let mut p50 = vec![];
+    let mut p95 = vec![];
+    for row in csv::Reader::from_reader(file)
+        .deserialize::<crate::report::schema::ContentAgeRow>()
+        .flatten()
+    {
+        let x = row.start_s;
+        if let Some(v) = row.sink_p50_us {
+            p50.push((x, v as f64 / 1e3));
+        }
+        if let Some(v) = row.sink_p95_us {
+            p95.push((x, v as f64 / 1e3));
+        }
+    }
+    if p50.is_empty() {
+        return vec![];
+    }
+    vec![
+        Series {
+            name: "age p50".into(),
+            points: p50,
+            style: Style::Line,
+        },
+        Series {
+            name: "age p95".into(),
+            points: p95,
+            style: Style::Line,
+        },
+    ]
+}
+
 fn median_after_warmup(dir: &Path, column: &str) -> Option<f64> {
     let Ok(mut r) = csv::Reader::from_path(dir.join("intervals.csv")) else {
         return None;
@@ -825,6 +998,14 @@ mod tests {
             cpu_throttled_share: None,
             cpu_throttled_us: None,
             cpu_usage_us: None,
+            content_source: None,
+            content_age_p50_us: None,
+            content_age_p95_us: None,
+            content_age_max_us: None,
+            frames_generated: None,
+            frames_dropped: None,
+            age_floor_us: None,
+            age_recovery_s: None,
         }
     }
 

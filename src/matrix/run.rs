@@ -16,6 +16,7 @@ use nix::unistd::Pid;
 use serde::Serialize;
 
 use super::report::{self, CellStatus, Status};
+use super::schedule;
 use super::spec::{Cell, MatrixSpec, SpecError};
 use crate::signals::StopSignals;
 use crate::sysinfo;
@@ -223,7 +224,17 @@ struct Meta {
     send_command: Vec<String>,
     testbed_before: serde_json::Value,
     testbed_after: serde_json::Value,
+    /// With a rate schedule: when the sender connected (the schedule's origin) and each
+    /// change as it took effect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    schedule_origin_unix_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rate_changes: Vec<schedule::RateChange>,
 }
+
+/// How long a sender may take to connect before its cell's schedule is abandoned (a UML
+/// guest boots first).
+const CONNECT_PATIENCE: Duration = Duration::from_secs(120);
 
 fn testbed_status(prefix: &str) -> serde_json::Value {
     wan::load_state(prefix)
@@ -432,6 +443,8 @@ fn run_cell(
         std::thread::sleep(Duration::from_millis(20));
     }
     let send_log = dir.join("send.log");
+    // A rerun cell's old console must not show a connection before this one's.
+    let _ = std::fs::remove_file(dir.join("guest-console.log"));
     let mut send = match spawn_logged(&send_cmd, &send_log) {
         Ok(c) => c,
         Err(e) => {
@@ -443,21 +456,56 @@ fn run_cell(
     let limit = cell.duration
         + cell.drain_timeout.unwrap_or(Duration::from_secs(60))
         + Duration::from_secs(60);
+    let spawned = Instant::now();
+    // A schedule counts from the sender's connection (a UML sender boots first).
+    let origin = if cell.schedule.is_empty() {
+        None
+    } else {
+        let console = dir.join("guest-console.log");
+        schedule::wait_for_connect(&[&send_log, &console], CONNECT_PATIENCE, &mut || {
+            matches!(send.try_wait(), Ok(None))
+        })
+    };
+    let origin_unix_ns = origin.map(|_| crate::clock::realtime_ns());
+    let mut rate_changes = vec![];
     let mut interrupted = false;
-    let send_status = match wait_child(&mut send, limit, signals) {
-        Waited::Exited(s) => Some(s),
-        Waited::TimedOut => {
-            st.error = Some(format!(
-                "sbm-send still running after {}s: stopped",
-                limit.as_secs()
-            ));
-            stop_child(&mut send, Signal::SIGINT, Duration::from_secs(30))
-        }
-        Waited::Interrupted => {
-            interrupted = true;
-            stop_child(&mut send, Signal::SIGINT, Duration::from_secs(30))
+    let send_status = loop {
+        let step = origin.zip(cell.schedule.get(rate_changes.len()));
+        let left = limit.saturating_sub(spawned.elapsed());
+        let wait = step.map_or(left, |(o, s)| {
+            (o + s.at)
+                .saturating_duration_since(Instant::now())
+                .min(left)
+        });
+        match wait_child(&mut send, wait, signals) {
+            Waited::Exited(s) => break Some(s),
+            Waited::TimedOut => match step {
+                Some((o, s)) if Instant::now() >= o + s.at && spawned.elapsed() < limit => {
+                    rate_changes.push(schedule::apply(prefix, s, o));
+                }
+                _ => {
+                    st.error = Some(format!(
+                        "sbm-send still running after {}s: stopped",
+                        limit.as_secs()
+                    ));
+                    break stop_child(&mut send, Signal::SIGINT, Duration::from_secs(30));
+                }
+            },
+            Waited::Interrupted => {
+                interrupted = true;
+                break stop_child(&mut send, Signal::SIGINT, Duration::from_secs(30));
+            }
         }
     };
+    if !cell.schedule.is_empty() && origin.is_none() {
+        st.error.get_or_insert_with(|| {
+            "rate schedule not applied: the sender's banner (its connection) never appeared in its log".into()
+        });
+    }
+    if let Some(e) = rate_changes.iter().find_map(|c| c.error.as_ref()) {
+        st.error
+            .get_or_insert_with(|| format!("changing the bottleneck: {e}"));
+    }
     st.send_exit = send_status.and_then(|s| s.code());
     // The sink exits by itself (--once) when the sender's connection ends; an interrupted
     // cell stops it at once.
@@ -495,6 +543,8 @@ fn run_cell(
         send_command: send_cmd,
         testbed_before: before,
         testbed_after: testbed_status(prefix),
+        schedule_origin_unix_ns: origin_unix_ns,
+        rate_changes,
     };
     let _ = std::fs::write(
         dir.join("meta.json"),

@@ -130,6 +130,11 @@ pub struct RateOverride {
     pub drain_timeout: Option<String>,
     /// A note printed under the table for this rate's column.
     pub note: Option<String>,
+    /// The bottleneck rate this column starts at, when the column's name is not a rate
+    /// (e.g. `rate = ["2mbit-dip"]` with `rate = "2mbit"` here).
+    pub rate: Option<String>,
+    /// Changes of the bottleneck during each cell, after the sender connected.
+    pub schedule: Vec<super::schedule::RateStep>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -248,6 +253,8 @@ pub struct Cell {
     pub args: Vec<String>,
     /// sbm-sink arguments beyond address and output.
     pub sink_args: Vec<String>,
+    /// Bottleneck changes during the cell.
+    pub schedule: Vec<super::schedule::ScheduledRate>,
 }
 
 impl PathSpec {
@@ -387,7 +394,7 @@ impl MatrixSpec {
             ));
         }
         for r in &a.rate {
-            parse_rate(r)?;
+            parse_rate(self.start_rate(r))?;
         }
         for w in &a.write_size {
             units::parse_bytes(w)
@@ -429,6 +436,8 @@ impl MatrixSpec {
                 units::parse_bytes(w)
                     .map_err(|e| SpecError::Invalid(format!("rates.{r}.write_size: {e}")))?;
             }
+            let duration = dur("duration", o.duration.as_deref().unwrap_or(&self.duration))?;
+            super::schedule::parse(&format!("rates.\"{r}\""), &o.schedule, duration)?;
             for (what, v) in [
                 ("duration", &o.duration),
                 ("warmup", &o.warmup),
@@ -443,6 +452,15 @@ impl MatrixSpec {
             dur("drain_timeout", d)?;
         }
         Ok(())
+    }
+
+    /// The bottleneck rate a rate column starts at: its `[rates]` entry's `rate`, else the
+    /// column's name.
+    pub fn start_rate<'a>(&'a self, column: &'a str) -> &'a str {
+        self.rates
+            .get(column)
+            .and_then(|o| o.rate.as_deref())
+            .unwrap_or(column)
     }
 
     fn excluded(&self, k: &CellKey<'_>) -> bool {
@@ -563,7 +581,7 @@ impl MatrixSpec {
         Ok(Cell {
             name,
             rate: k.rate.to_string(),
-            rate_bps: parse_rate(k.rate)?,
+            rate_bps: parse_rate(self.start_rate(k.rate))?,
             config: k.config.to_string(),
             label: spec.label.unwrap_or_else(|| k.config.to_string()),
             write_size,
@@ -578,6 +596,11 @@ impl MatrixSpec {
             drain_timeout,
             args,
             sink_args: spec.sink_args.clone(),
+            schedule: super::schedule::parse(
+                &format!("rates.\"{}\"", k.rate),
+                &over.schedule,
+                duration,
+            )?,
         })
     }
 }

@@ -25,6 +25,8 @@ pub struct Chart {
     pub series: Vec<Series>,
     /// Labels drawn next to points: (x, y, text).
     pub annotations: Vec<(f64, f64, String)>,
+    /// Events on the x axis (a rate change): a dashed vertical line, labelled at its top.
+    pub markers: Vec<(f64, String)>,
 }
 
 const COLORS: [&str; 8] = [
@@ -228,6 +230,24 @@ fn panel(out: &mut String, chart: &Chart, top: f64) {
             r#"<text x="{}" y="{ly}" font-size="11">{}</text>"#,
             lx + 18.0,
             esc(&s.name)
+        );
+    }
+    for (x, text) in &chart.markers {
+        if !x.is_finite() || *x < x0 || *x > x1 || (chart.x_log && *x <= 0.0) {
+            continue;
+        }
+        let lx = sx(*x);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{lx:.1}" y1="{py}" x2="{lx:.1}" y2="{}" stroke="#555" stroke-dasharray="4 3"/>"##,
+            py + plot_h
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{}" font-size="10">{}</text>"#,
+            lx + 3.0,
+            py + 11.0,
+            esc(text)
         );
     }
     for (x, y, text) in &chart.annotations {

@@ -1,13 +1,18 @@
-//! Per-write CSVs kept compact: a finished matrix cell's writes.csv and sink-messages.csv are
-//! stored xz-compressed (`writes.csv.xz`), and every reader opens a cell file by its plain
-//! name whichever form is on disk.
+//! Per-write CSVs kept compact: a finished matrix cell's files with a row per write, message
+//! or frame ([`PER_WRITE_FILES`]) are stored xz-compressed (`writes.csv.xz`), and every
+//! reader opens a cell file by its plain name whichever form is on disk.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// The files of a cell that have one row per write or message.
-pub const PER_WRITE_FILES: [&str; 2] = ["writes.csv", "sink-messages.csv"];
+/// The files of a cell that have one row per write, message or frame.
+pub const PER_WRITE_FILES: [&str; 4] = [
+    "writes.csv",
+    "sink-messages.csv",
+    "frames.csv",
+    "messages.csv",
+];
 
 const SUFFIX: &str = "xz";
 /// xz preset: 6 is xz's own default (a 1.4 MB writes.csv compresses ~5× in well under a

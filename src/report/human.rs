@@ -158,6 +158,47 @@ pub fn send_summary_text(s: &SendSummary) -> String {
     } else if let Some(e) = &r.error {
         let _ = writeln!(out, "receiver: {e}");
     }
+    if let Some(c) = &s.content_age {
+        let _ = writeln!(
+            out,
+            "source: {}; after the warm-up {} generated ({}), {} written, {} dropped as stale, {} unwritten at the end",
+            c.description,
+            c.generated,
+            BitRate(c.generated_bps),
+            c.written,
+            c.dropped,
+            c.unwritten
+        );
+        let _ = writeln!(
+            out,
+            "content age at write start: {}",
+            percentiles_line(&c.at_write_start)
+        );
+        if s.config.timestamps {
+            let _ = writeln!(
+                out,
+                "content age at departure:   {}",
+                percentiles_line(&c.at_depart)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "content age at departure:   not measured (--no-timestamps)"
+            );
+        }
+        if c.received > 0 {
+            let _ = writeln!(
+                out,
+                "content age at the sink:    {}",
+                percentiles_line(&c.at_sink)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "content age at the sink:    not measured (needs --trip-times and the sink's reply)"
+            );
+        }
+    }
     if !s.trip_estimators.is_empty() {
         let _ = writeln!(out, "sender-side estimates − sink truth (median / p95):");
         for e in &s.trip_estimators {

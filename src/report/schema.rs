@@ -358,6 +358,80 @@ pub struct DrainReport {
     pub notsent_at_end: u32,
 }
 
+/// One line of frames.csv: a unit of an application-limited source's content (a frame,
+/// or a paced chunk) from its generation to the sink. Times are CLOCK_REALTIME ns; ages
+/// are µs after the content time.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FrameRow {
+    /// From 1, in generation order.
+    pub frame: u64,
+    pub bytes: u32,
+    /// When the source's clock generated it (render: when the invitation made it).
+    pub content_ns: u64,
+    /// Generated during the warm-up.
+    pub warmup: bool,
+    /// written, dropped (stale: a newer frame was ready before its writing started), or
+    /// unwritten (still in the application when writing ended).
+    pub fate: Cow<'static, str>,
+    /// Its trip-times message (--trip-times).
+    pub message: Option<u64>,
+    pub writes: u32,
+    pub write_start_ns: Option<u64>,
+    pub write_end_ns: Option<u64>,
+    /// Departure of its last byte from the socket: the snd_nxt sampler's estimate, or its
+    /// last write's TX_SCHED time without a sampler.
+    pub depart_ns: Option<u64>,
+    /// sampler or sched.
+    pub depart_source: Cow<'static, str>,
+    /// When the sink's read returned its last byte.
+    pub sink_read_ns: Option<u64>,
+    pub age_write_start_us: Option<u64>,
+    pub age_write_end_us: Option<u64>,
+    pub age_depart_us: Option<u64>,
+    pub age_sink_us: Option<u64>,
+}
+
+/// One line of content-age.csv: the frames generated in one interval (by content time),
+/// what became of them, and their ages.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ContentAgeRow {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub warmup: bool,
+    pub generated: u64,
+    pub written: u64,
+    pub dropped: u64,
+    pub received: u64,
+    pub depart_p50_us: Option<u64>,
+    pub depart_p95_us: Option<u64>,
+    pub depart_max_us: Option<u64>,
+    pub sink_p50_us: Option<u64>,
+    pub sink_p95_us: Option<u64>,
+    pub sink_max_us: Option<u64>,
+}
+
+/// summary.json's `content_age`: an application-limited source's frames after the warm-up
+/// (by content time) and how old they were at each stage.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ContentAgeSummary {
+    /// paced, frames or render.
+    pub source: String,
+    /// The source in words (rate, frame clock, sizes, stale policy).
+    pub description: String,
+    pub generated: u64,
+    pub written: u64,
+    pub dropped: u64,
+    pub unwritten: u64,
+    /// Frames whose last byte the sink reported reading.
+    pub received: u64,
+    pub at_write_start: Percentiles,
+    pub at_depart: Percentiles,
+    pub at_sink: Percentiles,
+    /// Mean rate of the content generated after the warm-up, bits/s.
+    pub generated_bps: f64,
+}
+
 /// One line of messages.csv: the sender's estimates beside the sink's truth, µs.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TripMessageRow {
@@ -396,6 +470,9 @@ pub struct SinkMessageRow {
     pub read_ns: u64,
     /// read_ns − write_ns; negative only if the clocks disagree.
     pub latency_us: i64,
+    /// read_ns − the content time in the header (version 2: an application-limited
+    /// source's content is older than its write; bulk data: = latency_us).
+    pub content_age_us: i64,
 }
 
 /// What the sink sends back after the sender half-closes: its view of the connection.
@@ -414,6 +491,8 @@ pub struct SinkReply {
     pub trip_times: bool,
     pub messages: u64,
     pub latency: Percentiles,
+    /// Age of the content when its message's last byte was read (read − content time).
+    pub content_age: Percentiles,
     pub negative_latencies: u64,
     /// (sequence, read time ns) of each message, for the sender's estimator comparison.
     pub read_times: Vec<(u64, u64)>,
@@ -470,6 +549,9 @@ pub struct SendSummary {
     pub receiver: ReceiverView,
     /// With --trip-times: each sender-side estimate against the sink's one-way latency.
     pub trip_estimators: Vec<EstimatorError>,
+    /// Application-limited sources only: the content's age (frames.csv, content-age.csv).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_age: Option<ContentAgeSummary>,
     pub attribution: AttributionCounts,
     pub attribution_after_warmup: AttributionCounts,
     pub reports: ReportCounts,

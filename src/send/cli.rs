@@ -6,6 +6,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use super::config::{EpollMode, Limits, SendConfig};
+use super::source::SourceSpec;
+use super::source_cli::SourceArgs;
 use crate::replenish::{self, ReplenishConfig, ReplenishImpl};
 use crate::replenish::{RateEstimator, ThresholdTest};
 use crate::sockopt::SenderOptions;
@@ -203,6 +205,9 @@ pub struct SendArgs {
     /// Print no interval lines (the summary is still printed).
     #[arg(short = 'q', long)]
     pub quiet: bool,
+
+    #[command(flatten)]
+    pub source: SourceArgs,
 }
 
 /// A replenish time: whole microseconds, at most u32::MAX µs, 0 allowed (off).
@@ -317,6 +322,13 @@ impl SendArgs {
                 ));
             }
         }
+        let source = self.source.spec(self.write_size)?;
+        // Frames are messages whose content time the sink reads: always trip-timed.
+        let trip_times = self.trip_times
+            || matches!(
+                source,
+                Some(SourceSpec::Frames { .. } | SourceSpec::Render { .. })
+            );
         if self.trip_times && (self.write_size as usize) < crate::wire::HEADER_LEN {
             return Err(format!(
                 "--trip-times needs a write size of at least {} bytes (the header)",
@@ -387,7 +399,8 @@ impl SendArgs {
             burst: self.burst,
             paced_start: self.paced_start,
             rule_trace: self.rule_trace,
-            trip_times: self.trip_times,
+            trip_times,
+            source,
             reply_timeout: self.reply_timeout,
             quiet: self.quiet,
         })

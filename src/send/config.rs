@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::source::SourceSpec;
 use crate::replenish::ReplenishConfig;
 use crate::sockopt::SenderOptions;
 
@@ -59,6 +60,8 @@ pub struct SendConfig {
     pub rule_trace: Option<Duration>,
     /// Frame messages with the wire header so the sink measures one-way latency.
     pub trip_times: bool,
+    /// An application-limited source (None: bulk, always a write-size write ready).
+    pub source: Option<SourceSpec>,
     /// How long to wait for the sink's reply after the last write.
     pub reply_timeout: Duration,
     pub quiet: bool,

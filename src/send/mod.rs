@@ -2,8 +2,11 @@
 
 pub mod cli;
 pub mod config;
+mod content_age;
 mod output;
 mod run;
+pub mod source;
+pub mod source_cli;
 pub mod trip;
 
 pub use config::{EpollMode, Limits, SendConfig};

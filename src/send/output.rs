@@ -98,6 +98,25 @@ impl Outputs {
         Ok(f.flush()?)
     }
 
+    /// Writes frames.csv and content-age.csv (application-limited sources) in one go.
+    pub fn write_frames(
+        &self,
+        frames: &[crate::report::schema::FrameRow],
+        intervals: &[crate::report::schema::ContentAgeRow],
+    ) -> Result<(), OutputError> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let mut f = CsvFile::create(&dir.join("frames.csv"))?;
+        for r in frames {
+            f.write(r)?;
+        }
+        f.flush()?;
+        let mut f = CsvFile::create(&dir.join("content-age.csv"))?;
+        for r in intervals {
+            f.write(r)?;
+        }
+        Ok(f.flush()?)
+    }
+
     /// Flushes the CSVs and writes summary.json; says where everything went.
     pub fn finish(&mut self, summary: &SendSummary) -> Result<(), OutputError> {
         self.flush()?;

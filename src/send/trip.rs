@@ -17,6 +17,8 @@ use crate::wire::Header;
 struct Current {
     seq: u64,
     write_ns: u64,
+    /// The message's length, header included.
+    len: u32,
     /// Bytes of the message not yet accepted.
     remaining: u32,
 }
@@ -48,17 +50,37 @@ impl Framer {
 
     /// The bytes of `buf` to write now; a new message's header is written into `buf`.
     pub fn next(&mut self, buf: &mut [u8], now_ns: u64) -> std::ops::Range<usize> {
+        self.next_message(buf, now_ns, self.size, now_ns)
+    }
+
+    /// As [`Framer::next`], for an application-limited source: a new message is `size`
+    /// bytes (the frame) and its header carries the frame's content time.
+    pub fn next_message(
+        &mut self,
+        buf: &mut [u8],
+        now_ns: u64,
+        size: u32,
+        content_ns: u64,
+    ) -> std::ops::Range<usize> {
         let c = *self.current.get_or_insert_with(|| {
             let c = Current {
                 seq: self.next_seq,
                 write_ns: now_ns,
-                remaining: self.size,
+                len: size,
+                remaining: size,
             };
-            Header::data(c.seq, c.write_ns, self.size).encode(&mut buf[..crate::wire::HEADER_LEN]);
+            Header::data(c.seq, c.write_ns, size)
+                .with_content_time(content_ns)
+                .encode(&mut buf[..crate::wire::HEADER_LEN]);
             self.next_seq += 1;
             c
         });
-        (self.size - c.remaining) as usize..self.size as usize
+        (c.len - c.remaining) as usize..c.len as usize
+    }
+
+    /// The message being written, if one is begun.
+    pub fn current_seq(&self) -> Option<u64> {
+        self.current.map(|c| c.seq)
     }
 
     /// `n` bytes of the current message were accepted; the stream now ends at `end_offset`.

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use crate::clock::realtime_ns;
 use crate::report::csv_file::CsvError;
 use crate::report::human;
 use crate::report::schema::SinkIntervalRow;
@@ -112,12 +113,6 @@ enum Ending {
     Signal(String),
     /// Nothing received for the idle timeout.
     Idle(Duration),
-}
-
-fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Per-connection state.
@@ -401,6 +396,7 @@ impl Sink<'_> {
             trip_times: st.is_trip(),
             messages,
             latency: st.latency(),
+            content_age: st.content_age(),
             negative_latencies: trip.map_or(0, |t| t.negative_latencies),
             read_times: trip.map_or_else(Vec::new, |t| t.read_times.clone()),
             read_times_truncated: messages as usize > MAX_REPLY_MESSAGES,

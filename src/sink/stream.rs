@@ -27,6 +27,8 @@ pub struct TripStream {
     pub peer_boot_id: Option<String>,
     pub interval_latency: LatencyHist,
     pub latency: LatencyHist,
+    /// Read time − content time (version-2 headers; = latency for bulk data).
+    pub content_age: LatencyHist,
     pub messages: u64,
     /// (seq, read_ns) for the reply.
     pub read_times: Vec<(u64, u64)>,
@@ -41,6 +43,7 @@ impl TripStream {
             peer_boot_id: None,
             interval_latency: LatencyHist::new(),
             latency: LatencyHist::new(),
+            content_age: LatencyHist::new(),
             messages: 0,
             read_times: vec![],
             negative_latencies: 0,
@@ -62,10 +65,13 @@ impl TripStream {
                 Event::Message {
                     seq,
                     write_ns,
+                    content_ns,
                     len,
                     read_ns,
                 } => {
                     let latency_us = (read_ns as i64 - write_ns as i64) / 1_000;
+                    let content_age_us = (read_ns as i64 - content_ns as i64) / 1_000;
+                    self.content_age.record(content_age_us.max(0) as u64);
                     if latency_us < 0 {
                         self.negative_latencies += 1;
                     }
@@ -83,6 +89,7 @@ impl TripStream {
                         write_ns,
                         read_ns,
                         latency_us,
+                        content_age_us,
                     });
                 }
             }
@@ -132,6 +139,12 @@ impl StreamState {
     pub fn latency(&self) -> Percentiles {
         self.trip()
             .map_or_else(Percentiles::default, |t| t.latency.percentiles())
+    }
+
+    /// Content ages of the whole connection (empty for plain streams).
+    pub fn content_age(&self) -> Percentiles {
+        self.trip()
+            .map_or_else(Percentiles::default, |t| t.content_age.percentiles())
     }
 
     /// Starts a new interval's latency distribution.
@@ -227,7 +240,8 @@ mod tests {
                 bytes: 100,
                 write_ns: 1_000_000,
                 read_ns: 9_000_000,
-                latency_us: 8_000
+                latency_us: 8_000,
+                content_age_us: 8_000
             }]
         );
         assert_eq!(st.trip().unwrap().read_times, [(1, 9_000_000)]);

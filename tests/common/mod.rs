@@ -124,6 +124,13 @@ impl Running {
         nix::sys::signal::killpg(self.pid(), Signal::SIGINT).unwrap();
     }
 
+    /// Whether it is still running (it may be waited for afterwards).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     pub fn pid(&self) -> Pid {
         Pid::from_raw(self.child.as_ref().unwrap().id() as i32)
     }

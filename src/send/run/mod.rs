@@ -8,7 +8,9 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use crate::clock::realtime_ns;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::signal::Signal;
@@ -39,6 +41,7 @@ use crate::{sysinfo, units};
 
 mod paced_start;
 mod rule_trace;
+mod source_path;
 mod summary;
 mod timing;
 mod write_path;
@@ -120,13 +123,6 @@ impl EndReason {
 enum Phase {
     Writing,
     Draining,
-}
-
-fn realtime_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
 }
 
 /// What the write path counts, kept alike for each interval and for the whole run.
@@ -251,6 +247,11 @@ struct Sender<'a> {
     messages: Vec<MessageRecord>,
     /// --paced-start while its phase lasts.
     paced: Option<paced_start::PacedStart>,
+    /// An application-limited source (None: bulk) and its frames' log.
+    source: Option<crate::send::source::Source>,
+    frame_log: Option<crate::send::content_age::FrameLog>,
+    /// Whether the source had something to write at the previous step.
+    source_was_ready: bool,
 }
 
 /// What one write did.
@@ -261,6 +262,8 @@ enum WriteOutcome {
     /// The kernel took part of the write (a short write).
     Short,
     WouldBlock,
+    /// An application-limited source had nothing to write.
+    Idle,
 }
 
 impl<'a> Sender<'a> {
@@ -352,6 +355,10 @@ impl<'a> Sender<'a> {
             && self.phase == Phase::Writing
             && !self.paced_start_active()
         {
+            if !self.source_ready() {
+                // Idle application: no write, and no more invitations until content comes.
+                return self.set_out_interest(false);
+            }
             match self.gate {
                 Gate::Kernel { info_optname: None } => {
                     let threshold = self.cfg.options.notsent_lowat.map(u64::from);
@@ -563,7 +570,7 @@ impl<'a> Sender<'a> {
                 return drain;
             }
             if self.phase == Phase::Writing {
-                if let Err(reason) = self.paced_start_step() {
+                if let Err(reason) = self.paced_start_step().and_then(|()| self.source_step()) {
                     self.fail(reason);
                     return drain;
                 }
@@ -645,6 +652,9 @@ impl<'a> Sender<'a> {
                 next = next.min(self.cfg.warmup.saturating_sub(now));
             }
             if let Some(t) = self.paced_start_wake() {
+                next = next.min(t.saturating_sub(now));
+            }
+            if let Some(t) = self.source_wake() {
                 next = next.min(t.saturating_sub(now));
             }
             if let Some(t) = self.gate.next_check() {
@@ -767,7 +777,12 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         signals,
         out,
         ledger: WriteLedger::new(),
-        buf: (0..cfg.write_size).map(|i| (i % 251) as u8).collect(),
+        buf: (0..cfg
+            .source
+            .as_ref()
+            .map_or(cfg.write_size, |s| s.max_write().max(cfg.write_size)))
+            .map(|i| (i % 251) as u8)
+            .collect(),
         control: [0; 512],
         sojourns: Vec::with_capacity(1024),
         done: Vec::with_capacity(1024),
@@ -794,7 +809,16 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
         framer: cfg.trip_times.then(|| Framer::new(cfg.write_size)),
         messages: vec![],
         paced: cfg.paced_start.map(paced_start::PacedStart::new),
+        source: cfg.source.clone().map(crate::send::source::Source::new),
+        frame_log: cfg
+            .source
+            .as_ref()
+            .map(|_| crate::send::content_age::FrameLog::new(t0_ns, cfg.warmup)),
+        source_was_ready: false,
     };
+    if let Some(spec) = &cfg.source {
+        crate::say!("source: {}", spec.describe());
+    }
     if let Some(d) = cfg.paced_start {
         crate::say!(
             "paced start: one write per smoothed RTT for {d:?}, whatever the readiness rule says (an experiment: the report's §6 entry)"

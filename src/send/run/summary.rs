@@ -1,6 +1,8 @@
 //! The end of a run: the last drain, every pending write attributed, the exchange with the
 //! sink, summary.json and the printed summary; and the banner that opens a run.
 
+use std::collections::HashMap;
+
 use super::*;
 use crate::report::schema::{EstimatorError, SinkReply};
 
@@ -49,7 +51,7 @@ impl Sender<'_> {
                 }
             }
         }
-        let (receiver, trip_estimators) = if notsent > 0 {
+        let (receiver, trip_estimators, read_times) = if notsent > 0 {
             // Bytes still in the socket would keep flowing after sbm-send exits and load the
             // path (the next run's, in a matrix): reset instead of a graceful close, and
             // skip the exchange, which could only start after they drained.
@@ -65,10 +67,12 @@ impl Sender<'_> {
                     ..Default::default()
                 },
                 vec![],
+                HashMap::new(),
             )
         } else {
             self.exchange_with_sink()
         };
+        let content_age = self.finish_frames(&read_times);
         let counters = self.ledger.counters();
         self.run.reports.sched = counters.accepted[0];
         self.run.reports.snd = counters.accepted[1];
@@ -166,6 +170,7 @@ impl Sender<'_> {
             invited_after_dry: self.run.invited_after_dry,
             receiver,
             trip_estimators,
+            content_age,
             resources: crate::report::schema::Resources::of_self(),
             drain,
         };
@@ -179,21 +184,22 @@ impl Sender<'_> {
 
     /// The control exchange: half-close, read the sink's reply (its view of the run), and
     /// with --trip-times compare the sender's latency estimates with the sink's truth.
-    fn exchange_with_sink(&mut self) -> (ReceiverView, Vec<EstimatorError>) {
+    /// Also returns the sink's read time of each message (empty without trip times).
+    fn exchange_with_sink(&mut self) -> (ReceiverView, Vec<EstimatorError>, HashMap<u64, u64>) {
         let mut view = ReceiverView::default();
         if !matches!(
             self.end,
             Some(EndReason::Limit(_)) | Some(EndReason::Signal(_))
         ) {
             view.error = Some("no exchange: the run failed".into());
-            return (view, vec![]);
+            return (view, vec![], HashMap::new());
         }
         let reply = match trip::read_reply(&self.sock, self.cfg.reply_timeout) {
             Ok(v) => v,
             Err(e) => {
                 self.warnings.push(format!("sink reply: {e}"));
                 view.error = Some(e);
-                return (view, vec![]);
+                return (view, vec![], HashMap::new());
             }
         };
         view.replied = true;
@@ -204,7 +210,7 @@ impl Sender<'_> {
                 let e = format!("the sink's reply is not an sbm-sink reply: {e}");
                 self.warnings.push(format!("sink reply: {e}"));
                 view.error = Some(e);
-                return (view, vec![]);
+                return (view, vec![], HashMap::new());
             }
         };
         view.bytes = Some(typed.bytes);
@@ -216,8 +222,8 @@ impl Sender<'_> {
         view.latency_max_us = typed.latency.max_us;
         let mut stored = reply;
         let mut estimators = vec![];
+        let read_times: HashMap<u64, u64> = typed.read_times.iter().copied().collect();
         if self.framer.is_some() {
-            let read_times = typed.read_times.iter().copied().collect();
             let (rows, stats) = trip::compare(&self.messages, &read_times);
             if let Err(e) = self.out.write_messages(&rows) {
                 self.warnings.push(e.to_string());
@@ -231,7 +237,7 @@ impl Sender<'_> {
         if let Err(e) = self.out.write_json("sink-summary.json", &stored) {
             self.warnings.push(e.to_string());
         }
-        (view, estimators)
+        (view, estimators, read_times)
     }
 }
 

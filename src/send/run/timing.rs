@@ -60,6 +60,14 @@ impl Sender<'_> {
                 srtt_us: self.prev_info.rtt_us,
             });
         }
+        if let Some(log) = &mut self.frame_log {
+            // A frame's last byte left with this write's: the sampler's estimate, else the
+            // write's own TX_SCHED time.
+            let depart = departure
+                .map(|d| (d.estimate_ns(), "sampler"))
+                .or(w.sched.time_ns.map(|t| (t, "sched")));
+            log.departed(w.write.end_offset, depart);
+        }
         if let Some(d) = departure {
             let us = d.estimate_ns().saturating_sub(w.write.write_ns) / 1_000;
             self.interval.sampled.record(us);

@@ -12,6 +12,10 @@ impl Sender<'_> {
         threshold: Option<u64>,
         reason: &'static str,
     ) -> Result<WriteOutcome, EndReason> {
+        // An idle application is not invited (the loop keeps it so; this is the guard).
+        if !self.source_ready() {
+            return Ok(WriteOutcome::Idle);
+        }
         self.count(|t| t.invitations += 1);
         self.write(threshold, reason)
     }
@@ -37,24 +41,46 @@ impl Sender<'_> {
         Ok(())
     }
 
-    /// One write of write-size bytes (less if a byte limit leaves less to write).
+    /// One write of write-size bytes (less if a byte limit leaves less to write), or with
+    /// an application-limited source the rest of its current frame.
     pub(super) fn write(
         &mut self,
         threshold: Option<u64>,
         reason: &'static str,
     ) -> Result<WriteOutcome, EndReason> {
+        let frame = self.source_frame()?;
+        if self.source.is_some() && frame.is_none() {
+            return Ok(WriteOutcome::Idle);
+        }
         let mut range = 0..self.cfg.write_size as usize;
-        if let Some(limit) = self.cfg.limits.bytes.filter(|_| self.framer.is_none()) {
+        if let Some(limit) = self
+            .cfg
+            .limits
+            .bytes
+            .filter(|_| self.framer.is_none() && frame.is_none())
+        {
             range.end = range
                 .end
                 .min((limit - self.run.tally.bytes_written) as usize);
         }
+        if let Some(f) = frame {
+            range = f.written as usize..f.size as usize;
+        }
         let fd = self.sock.as_fd();
         let notsent_before = sys::outq_notsent(fd).map_err(EndReason::local)?;
         let write_ns = realtime_ns();
-        if let Some(f) = &mut self.framer {
-            range = f.next(&mut self.buf, write_ns);
+        let content_ns = frame.map(|f| {
+            self.frame_log
+                .as_ref()
+                .map_or(write_ns, |l| l.content_ns(&f))
+        });
+        if let Some(fr) = &mut self.framer {
+            range = match (frame, content_ns) {
+                (Some(f), Some(c)) => fr.next_message(&mut self.buf, write_ns, f.size, c),
+                _ => fr.next(&mut self.buf, write_ns),
+            };
         }
+        let message = self.framer.as_ref().and_then(|fr| fr.current_seq());
         let size = range.len();
         let mut flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
         if self.cfg.eor {
@@ -63,9 +89,20 @@ impl Sender<'_> {
         match self.sock.send_with_flags(&self.buf[range], flags) {
             Ok(0) => Ok(WriteOutcome::WouldBlock),
             Ok(n) => {
+                let end_ns = realtime_ns();
                 let written_after = self.run.tally.bytes_written + n as u64;
                 if let Some(f) = &mut self.framer {
                     f.accepted(n as u32, written_after);
+                }
+                if let Some(f) = frame {
+                    let finished = self
+                        .source
+                        .as_mut()
+                        .and_then(|s| s.accepted(n as u32))
+                        .map(|_| written_after);
+                    if let Some(log) = &mut self.frame_log {
+                        log.wrote(&f, message, write_ns, end_ns, finished);
+                    }
                 }
                 if self.sampling() {
                     self.sampler
@@ -160,10 +197,12 @@ impl Sender<'_> {
         Ok(())
     }
 
-    /// Whether the emulation should decide now (not waiting for the kernel or a timer).
+    /// Whether the emulation should decide now (not waiting for the kernel or a timer, and
+    /// the source has something to write).
     pub(super) fn emulation_due(&self) -> bool {
         self.phase == Phase::Writing
             && !self.paced_start_active()
+            && self.source_ready()
             && matches!(&self.gate, Gate::Emulated(g) if g.due(Instant::now()))
     }
 
@@ -189,6 +228,11 @@ impl Sender<'_> {
                     WriteOutcome::Whole | WriteOutcome::Short => {
                         self.set_out_interest(false)?;
                         Ok(true)
+                    }
+                    // The source had nothing: the loop waits for its next frame.
+                    WriteOutcome::Idle => {
+                        self.set_out_interest(false)?;
+                        Ok(false)
                     }
                     WriteOutcome::WouldBlock => {
                         // The send buffer is full: the kernel says when there is room.
