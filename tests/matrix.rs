@@ -551,3 +551,96 @@ fn every_preset_dry_runs() {
     }
     assert!(checked >= 10, "only {checked} presets found");
 }
+
+/// `compare` on two stored runs with a known difference: a copy of a committed run against
+/// itself with one configuration's delays raised by half and another's settings changed.
+/// The raised cell is beyond the spread, the untouched ones within it at +0 %, and the
+/// changed configuration is listed as only in one run each way.
+#[test]
+fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
+    let src = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/results/uml-trap-mss1448"
+    ));
+    let dir = tempdir("compare");
+    for name in ["a", "b"] {
+        let cp = common::run_program(
+            "cp",
+            &[
+                "-r",
+                src.to_str().unwrap(),
+                dir.join(name).to_str().unwrap(),
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(cp.status.success(), "{}", cp.stderr);
+    }
+    let b = dir.join("b");
+    // In B, every run of "kernel, TCP_NODELAY" waits 1.5 × as long.
+    for cell in std::fs::read_dir(&b).unwrap().flatten() {
+        let name = cell.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("2mbit-kernel-nodelay") {
+            continue;
+        }
+        let path = cell.path().join("summary.json");
+        let mut v = read_json(&path);
+        for key in ["sojourn_sampled", "sojourn"] {
+            for q in ["p50_us", "p95_us"] {
+                let x = v[key][q].as_u64().unwrap();
+                v[key][q] = serde_json::json!(x * 3 / 2);
+            }
+        }
+        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    }
+    // And its emulated clause-off configuration runs with other arguments.
+    let toml = b.join("matrix.toml");
+    let text = std::fs::read_to_string(&toml).unwrap().replace(
+        r#""--sub-mss-clause", "off"]"#,
+        r#""--sub-mss-clause", "off", "--threshold-test", "half"]"#,
+    );
+    std::fs::write(&toml, text).unwrap();
+    let out = dir.join("compare.md");
+    let mut cmd = Command::new(matrix_bin());
+    cmd.args([
+        "compare",
+        dir.join("a").to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let res = common::output_within(cmd, Duration::from_secs(60));
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    let md = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(md.trim(), res.stdout.trim());
+    let line = |label: &str| {
+        md.lines()
+            .find(|l| l.starts_with(&format!("| {label} |")))
+            .unwrap_or_else(|| panic!("no row {label}:\n{md}"))
+            .to_string()
+    };
+    let nodelay = line("kernel, TCP_NODELAY");
+    assert!(
+        nodelay.contains("median +50 % (**beyond the spread**)"),
+        "{nodelay}"
+    );
+    assert!(
+        nodelay.contains("goodput +0 % (within the spread)"),
+        "{nodelay}"
+    );
+    let untouched = line("kernel, Nagle, sub-MSS clause on");
+    assert!(
+        untouched.contains("median +0 % (within the spread)") && !untouched.contains("beyond"),
+        "{untouched}"
+    );
+    assert!(
+        md.contains("- emulated, Nagle, sub-MSS clause off at 2 Mb/s: only in A")
+            && md.contains("- emulated, Nagle, sub-MSS clause off at 2 Mb/s: only in B"),
+        "{md}"
+    );
+    // Fewer than two runs is a usage error.
+    let mut cmd = Command::new(matrix_bin());
+    cmd.args(["compare", dir.join("a").to_str().unwrap()]);
+    let res = common::output_within(cmd, Duration::from_secs(30));
+    assert_eq!(res.code(), Some(2), "{}", res.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

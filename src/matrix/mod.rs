@@ -2,6 +2,7 @@
 //! builds the report's table from the results (`scripts/matrix` wraps it).
 
 pub mod aggregate;
+pub mod compare;
 pub mod recovery;
 pub mod report;
 pub mod run;
@@ -18,7 +19,7 @@ use clap::{Parser, Subcommand};
     name = "sbm-matrix",
     version,
     about = "Run a test matrix on the emulated path; build summary.csv, table.md and plots",
-    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
+    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n  scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -49,6 +50,17 @@ pub enum Cmd {
     },
     /// Rebuild summary.csv, table.md and plots of a run directory from its stored results.
     Report { dir: PathBuf },
+    /// Compare runs: their cells side by side, matched by what each cell does, every figure
+    /// with its spread, marked where two runs' ranges are apart. The first run is the
+    /// baseline.
+    Compare {
+        /// Run directories (two or more).
+        #[arg(required = true, num_args = 2..)]
+        runs: Vec<PathBuf>,
+        /// Also write the comparison to FILE (markdown).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// List the presets.
     List,
 }
@@ -103,6 +115,22 @@ fn main_inner(cli: Cli) -> Result<i32, run::MatrixError> {
         Cmd::Report { dir } => {
             let table = run::rebuild_report(&dir)?;
             crate::say!("{table}");
+            Ok(0)
+        }
+        Cmd::Compare { runs, out } => {
+            let read: Vec<compare::Run> = runs
+                .iter()
+                .map(|d| compare::Run::read(d))
+                .collect::<Result<_, _>>()
+                .map_err(run::MatrixError::Report)?;
+            let md = compare::compare_md(&read);
+            if let Some(path) = out {
+                std::fs::write(&path, &md).map_err(|source| run::MatrixError::File {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+            crate::say!("{md}");
             Ok(0)
         }
         Cmd::List => {

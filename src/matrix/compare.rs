@@ -1,0 +1,297 @@
+//! `sbm-matrix compare A B [C…]`: the cells of several runs side by side, matched by what
+//! the cell does (its identity), not by directory or row names, each figure with its spread
+//! and a marker where two runs' ranges do not overlap.
+//!
+//! A cell's identity is everything that decides what it measures: the bottleneck (rate and
+//! schedule, RTT and queue), sbm-send's and sbm-sink's extra arguments, write size, Nagle, congestion
+//! control, the sender's kernel (with the guest's MTU and sysctls) and CPU quota, and the
+//! run and warm-up times. Runs of different kernels or sbm versions with the same cells
+//! compare; a cell whose settings changed is listed as only in one run.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::aggregate::Spread;
+use super::report::{fmt_delay, fmt_rate, rate_header, summary_row, CellFiles, Headline};
+use super::report::{Status, SummaryRow};
+use super::spec::{Cell, MatrixSpec};
+
+/// One run, read back from its directory.
+#[derive(Debug)]
+pub struct Run {
+    pub dir: PathBuf,
+    pub name: String,
+    /// Identity → the cell's row label, rate column and its runs, in table order.
+    cells: Vec<(String, Entry)>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    label: String,
+    rate: String,
+    rows: Vec<SummaryRow>,
+}
+
+/// What a cell does, as one comparable string.
+pub fn identity(spec: &MatrixSpec, c: &Cell) -> String {
+    let schedule: Vec<String> = c
+        .schedule
+        .iter()
+        .map(|s| format!("{:?}@{:?}/{:?}", s.rate_bps, s.at, s.queue))
+        .collect();
+    let guest = if c.sender_kernel == "uml" {
+        format!(" mtu={} sysctls={:?}", spec.uml.mtu, c.guest_sysctls)
+    } else {
+        String::new()
+    };
+    format!(
+        "rate={:?} rtt={} queue={} schedule=[{}] write={} nodelay={} cc={} kernel={}{guest} quota={:?} time={:?}/{:?} args={:?} sink={:?}",
+        c.rate_bps,
+        spec.path.rtt,
+        spec.path.queue,
+        schedule.join(","),
+        c.write_size,
+        c.nodelay,
+        c.cc,
+        c.sender_kernel,
+        c.cpu_quota,
+        c.duration,
+        c.warmup,
+        c.args,
+        c.sink_args
+    )
+}
+
+impl Run {
+    /// Reads a run directory (its own matrix.toml and cells).
+    pub fn read(dir: &Path) -> Result<Run, String> {
+        let text = std::fs::read_to_string(dir.join("matrix.toml"))
+            .map_err(|e| format!("{}: not a run directory ({e})", dir.display()))?;
+        let spec = MatrixSpec::parse(&text).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let cells = spec
+            .cells()
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut by: Vec<(String, Entry)> = vec![];
+        for c in &cells {
+            let row = summary_row(c, &CellFiles::read(&dir.join(&c.name)));
+            let id = identity(&spec, c);
+            match by.iter_mut().find(|(k, _)| *k == id) {
+                Some((_, e)) => e.rows.push(row),
+                None => by.push((
+                    id,
+                    Entry {
+                        label: super::aggregate::row_key(&spec, &row),
+                        rate: rate_header(&c.rate),
+                        rows: vec![row],
+                    },
+                )),
+            }
+        }
+        Ok(Run {
+            dir: dir.to_path_buf(),
+            name: spec.name.unwrap_or_default(),
+            cells: by,
+        })
+    }
+
+    fn entry(&self, id: &str) -> Option<&Entry> {
+        self.cells.iter().find(|(k, _)| k == id).map(|(_, e)| e)
+    }
+}
+
+/// One figure of a cell over its finished runs.
+#[derive(Debug, Clone, Copy)]
+struct Figures {
+    p50: Option<Spread>,
+    p95: Option<Spread>,
+    goodput: Option<Spread>,
+    ok: usize,
+    runs: usize,
+}
+
+fn figures(rows: &[SummaryRow]) -> Figures {
+    let ok: Vec<&SummaryRow> = rows.iter().filter(|r| r.status == Status::Ok).collect();
+    let h = Headline::of(ok.iter().copied());
+    Figures {
+        p50: Spread::of(ok.iter().filter_map(|r| h.p50(r)).map(|v| v as f64)),
+        p95: Spread::of(ok.iter().filter_map(|r| h.p95(r)).map(|v| v as f64)),
+        goodput: Spread::of(ok.iter().filter_map(|r| r.goodput_bps)),
+        ok: ok.len(),
+        runs: rows.len(),
+    }
+}
+
+fn show(s: Option<Spread>, fmt: &dyn Fn(f64) -> String) -> String {
+    match s {
+        None => "—".into(),
+        Some(s) if s.n > 1 => format!("{} ({}–{})", fmt(s.median), fmt(s.min), fmt(s.max)),
+        Some(s) => fmt(s.median),
+    }
+}
+
+fn delay(us: f64) -> String {
+    fmt_delay(us.round() as u64)
+}
+
+fn cell_text(f: &Figures) -> String {
+    if f.ok == 0 {
+        return format!("no finished run (of {})", f.runs);
+    }
+    format!(
+        "{} / {} @ {}, n = {}",
+        show(f.p50, &delay),
+        show(f.p95, &delay),
+        show(f.goodput, &fmt_rate),
+        f.ok
+    )
+}
+
+/// How `b` stands against the baseline `a` for one figure: the change of the median, and
+/// whether the two ranges are apart (the difference exceeds the spread).
+fn judge(what: &str, a: Option<Spread>, b: Option<Spread>) -> Option<String> {
+    let (a, b) = (a?, b?);
+    let change = if a.median != 0.0 {
+        format!("{:+.0} %", (b.median / a.median - 1.0) * 100.0)
+    } else {
+        "—".into()
+    };
+    // One run against several: the single figure against their range.
+    let verdict = if a.n < 2 && b.n < 2 {
+        "n = 1 each: no spread to judge by"
+    } else if b.min > a.max || b.max < a.min {
+        "**beyond the spread**"
+    } else {
+        "within the spread"
+    };
+    Some(format!("{what} {change} ({verdict})"))
+}
+
+/// The comparison as markdown: every cell of the first run (the baseline) against the
+/// others, then the cells found only in some runs.
+pub fn compare_md(runs: &[Run]) -> String {
+    let mut out = String::from("# Comparison of runs\n\n");
+    let letter = |i: usize| char::from(b'A' + (i % 26) as u8);
+    for (i, r) in runs.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "- {}: `{}` ({}, {} cells)",
+            letter(i),
+            r.dir.display(),
+            r.name,
+            r.cells.len()
+        );
+    }
+    out.push_str("\nCells are matched by what they do (bottleneck, sender and sink arguments, write size, Nagle, congestion control, sender kernel and guest settings, CPU quota, run and warm-up times), not by names. Each figure: median / p95 delay @ goodput, the median of the runs with their range and n. Against the baseline A: the change of each median and whether the two runs' ranges (a single run: its figure) are apart — **beyond the spread** — or overlap.\n\n");
+    let _ = write!(out, "| configuration | rate |");
+    for i in 0..runs.len() {
+        let _ = write!(out, " {} |", letter(i));
+    }
+    for i in 1..runs.len() {
+        let _ = write!(out, " {} against A |", letter(i));
+    }
+    out.push('\n');
+    let _ = writeln!(out, "|---|---|{}", "---|".repeat(2 * runs.len() - 1));
+    let mut all_ids: Vec<&str> = vec![];
+    for r in runs {
+        for (id, _) in &r.cells {
+            if !all_ids.contains(&id.as_str()) {
+                all_ids.push(id);
+            }
+        }
+    }
+    let mut partial: Vec<(String, Vec<char>)> = vec![];
+    for id in &all_ids {
+        let entries: Vec<Option<&Entry>> = runs.iter().map(|r| r.entry(id)).collect();
+        let first = entries
+            .iter()
+            .flatten()
+            .next()
+            .expect("the id came from a run");
+        if entries.iter().any(Option::is_none) {
+            let present: Vec<char> = entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.is_some())
+                .map(|(i, _)| letter(i))
+                .collect();
+            partial.push((format!("{} at {}", first.label, first.rate), present));
+            continue;
+        }
+        let figs: Vec<Figures> = entries.iter().flatten().map(|e| figures(&e.rows)).collect();
+        let _ = write!(
+            out,
+            "| {} | {} |",
+            first.label.replace('|', "/"),
+            first.rate
+        );
+        for f in &figs {
+            let _ = write!(out, " {} |", cell_text(f));
+        }
+        for f in &figs[1..] {
+            let parts: Vec<String> = [
+                judge("median", figs[0].p50, f.p50),
+                judge("p95", figs[0].p95, f.p95),
+                judge("goodput", figs[0].goodput, f.goodput),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let text = if parts.is_empty() {
+                "nothing to compare".into()
+            } else {
+                parts.join("; ")
+            };
+            let _ = write!(out, " {text} |");
+        }
+        out.push('\n');
+    }
+    if !partial.is_empty() {
+        out.push_str(
+            "\nCells not in every run (their settings differ, or a run left them out):\n\n",
+        );
+        for (cell, present) in &partial {
+            let _ = writeln!(
+                out,
+                "- {cell}: only in {}",
+                present
+                    .iter()
+                    .map(char::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spread(v: &[f64]) -> Option<Spread> {
+        Spread::of(v.iter().copied())
+    }
+
+    #[test]
+    fn ranges_apart_are_beyond_the_spread_and_two_single_runs_are_not_judged() {
+        let a = spread(&[100.0, 110.0, 120.0]);
+        assert_eq!(
+            judge("median", a, spread(&[130.0, 140.0])).unwrap(),
+            "median +23 % (**beyond the spread**)"
+        );
+        assert_eq!(
+            judge("median", a, spread(&[115.0, 140.0])).unwrap(),
+            "median +16 % (within the spread)"
+        );
+        // A single run is placed against the other's range.
+        assert!(judge("p95", a, spread(&[300.0]))
+            .unwrap()
+            .contains("beyond"));
+        assert!(judge("p95", a, spread(&[105.0]))
+            .unwrap()
+            .contains("within"));
+        let single = judge("p95", spread(&[1.0]), spread(&[3.0])).unwrap();
+        assert!(single.contains("n = 1 each"), "{single}");
+        assert!(judge("p95", None, a).is_none());
+    }
+}
