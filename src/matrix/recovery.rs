@@ -3,11 +3,12 @@
 //! each readiness rule bring the content back to fresh when the path slows or recovers?
 //!
 //! The floor is the median age at the sink of the frames generated after the warm-up and
-//! before the first change. After a change at c, the age is back at its floor from the
-//! first frame (content time ≥ c) from which on every frame received in the following
-//! [`HOLD`] is at most the floor plus [`SLACK`] (the larger of 25 % of the floor and
-//! 10 ms); the recovery time is that frame's content time − c (0 when the change never
-//! lifted the age). None: not back before the next change or the end of the run.
+//! before the first change. After a change at c, the age is back at its floor at the first
+//! frame (content time ≥ c) such that every frame received in the [`HOLD`] from it (at least
+//! 90 % of which the run covers) is at most the floor plus the larger of 25 % of the floor
+//! and 10 ms; the recovery time is that frame's content time − c (a frame period or less when
+//! the change never lifted the age). A later spike does not undo a return. None: not back
+//! before the next change or the end of the run.
 
 use std::path::Path;
 use std::time::Duration;
@@ -63,16 +64,21 @@ pub fn recovery(frames: &[FrameRow], changes_ns: &[u64]) -> Recovery {
                 .copied()
                 .filter(|&(t, _)| t >= c && t < until)
                 .collect();
-            // The last frame above the ceiling; back from the next frame on, if a whole
-            // HOLD of frames follows it before the next change.
-            let last_high = span.iter().rposition(|&(_, a)| a > top);
-            let back_from = match last_high {
-                None => return span.first().map(|_| 0.0),
-                Some(i) => span.get(i + 1)?,
-            };
-            let tail_end = span.last()?.0;
-            (tail_end >= back_from.0 + hold || (until == u64::MAX && tail_end > back_from.0))
-                .then(|| (back_from.0 - c) as f64 / 1e9)
+            // The first frame from which a whole HOLD of frames stays under the ceiling: a
+            // later spike does not undo a return.
+            (0..span.len())
+                .find(|&i| {
+                    let start = span[i].0;
+                    let window: Vec<&(u64, u64)> = span[i..]
+                        .iter()
+                        .take_while(|&&(t, _)| t <= start + hold)
+                        .collect();
+                    let covered = window
+                        .last()
+                        .is_some_and(|&&(t, _)| t - start >= hold * 9 / 10);
+                    covered && window.iter().all(|&&(_, a)| a <= top)
+                })
+                .map(|i| (span[i].0 - c) as f64 / 1e9)
         })
         .collect();
     Recovery {
@@ -143,6 +149,12 @@ mod tests {
         }
         let r = recovery(&frames, &[3 * S, 6 * S]);
         assert_eq!(r.floor_us, Some(100_000));
+        assert_eq!(r.after_change_s, [Some(1.5), Some(0.0)]);
+        // A single late spike does not undo the returns.
+        let mut spiked = frames.clone();
+        spiked[75].age_sink_us = Some(900_000); // at 7.5 s
+        spiked[89].age_sink_us = Some(900_000); // the last frame, 8.9 s
+        let r = recovery(&spiked, &[3 * S, 6 * S]);
         assert_eq!(r.after_change_s, [Some(1.5), Some(0.0)]);
         // Still high when the next change comes: not back.
         let r = recovery(&frames, &[3 * S, 4 * S]);
