@@ -209,7 +209,10 @@ const CASES: &[Case] = &[
     ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--sysctl", "noeq", "--", "true"], 2, "--sysctl"),
     ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--timeout", "x", "--", "true"], 2, "--timeout"),
     // sbm-matrix (scripts/matrix runs it)
-    ("sbm-matrix", &[], 2, "run, report, list"),
+    ("sbm-matrix", &[], 2, "run, report, compare, list"),
+    ("sbm-matrix", &["compare", "results/paper"], 2, "<RUNS>"),
+    ("sbm-matrix", &["compare", "results/paper", "results/nagle-trap", "--out"], 2, "--out"),
+    ("sbm-matrix", &["compare", "/nonexistent-a", "/nonexistent-b"], 1, "not a run directory"),
     ("sbm-matrix", &["run"], 2, "<MATRIX>"),
     ("sbm-matrix", &["run", "quick", "--resume"], 2, "--out"),
     ("sbm-matrix", &["run", "quick", "--out"], 2, "--out"),
