@@ -110,28 +110,14 @@ pub fn of_cell(dir: &Path) -> Option<Recovery> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::borrow::Cow;
 
     const S: u64 = 1_000_000_000;
 
     fn frame(t_ms: u64, age_ms: u64) -> FrameRow {
         FrameRow {
-            frame: t_ms,
-            bytes: 1000,
-            content_ns: t_ms * 1_000_000,
-            warmup: t_ms < 1000,
-            fate: Cow::Borrowed("written"),
-            message: None,
             writes: 1,
-            write_start_ns: None,
-            write_end_ns: None,
-            depart_ns: None,
-            depart_source: Cow::Borrowed(""),
-            sink_read_ns: None,
-            age_write_start_us: None,
-            age_write_end_us: None,
-            age_depart_us: None,
             age_sink_us: Some(age_ms * 1000),
+            ..FrameRow::generated(t_ms, 1000, t_ms * 1_000_000, t_ms < 1000, "written")
         }
     }
 

@@ -391,6 +391,36 @@ pub struct FrameRow {
     pub age_sink_us: Option<u64>,
 }
 
+impl FrameRow {
+    /// A frame with nothing yet known beyond its generation (fate as given).
+    pub fn generated(
+        frame: u64,
+        bytes: u32,
+        content_ns: u64,
+        warmup: bool,
+        fate: &'static str,
+    ) -> FrameRow {
+        FrameRow {
+            frame,
+            bytes,
+            content_ns,
+            warmup,
+            fate: Cow::Borrowed(fate),
+            message: None,
+            writes: 0,
+            write_start_ns: None,
+            write_end_ns: None,
+            depart_ns: None,
+            depart_source: Cow::Borrowed(""),
+            sink_read_ns: None,
+            age_write_start_us: None,
+            age_write_end_us: None,
+            age_depart_us: None,
+            age_sink_us: None,
+        }
+    }
+}
+
 /// One line of content-age.csv: the frames generated in one interval (by content time),
 /// what became of them, and their ages.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]

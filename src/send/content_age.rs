@@ -167,24 +167,13 @@ impl FrameLog {
                 continue; // begun: a written frame the run ended inside
             }
             let content_ns = self.content_ns(f);
-            rows.push(FrameRow {
-                frame: f.number,
-                bytes: f.size,
+            rows.push(FrameRow::generated(
+                f.number,
+                f.size,
                 content_ns,
-                warmup: content_ns < self.warmup_end_ns,
-                fate: Cow::Borrowed("unwritten"),
-                message: None,
-                writes: 0,
-                write_start_ns: None,
-                write_end_ns: None,
-                depart_ns: None,
-                depart_source: Cow::Borrowed(""),
-                sink_read_ns: None,
-                age_write_start_us: None,
-                age_write_end_us: None,
-                age_depart_us: None,
-                age_sink_us: None,
-            });
+                content_ns < self.warmup_end_ns,
+                "unwritten",
+            ));
         }
         rows.sort_by_key(|r| r.frame);
         self.records.clear();
