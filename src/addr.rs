@@ -40,6 +40,28 @@ pub fn check_syntax(spec: &str) -> Result<(), AddrError> {
 
 /// Resolves `HOST:PORT`, `[V6]:PORT`, `HOST` or `V6` (default port) to one address.
 pub fn resolve(spec: &str) -> Result<SocketAddr, AddrError> {
+    resolve_with_port(spec, DEFAULT_PORT)
+}
+
+/// Whether the text names a port (`HOST:PORT`, `[V6]:PORT`, `IP:PORT`); a bare `HOST`,
+/// `IP` or `V6` does not.
+pub fn has_port(spec: &str) -> bool {
+    if spec.parse::<SocketAddr>().is_ok() {
+        return true;
+    }
+    if spec
+        .trim_matches(|c| c == '[' || c == ']')
+        .parse::<std::net::IpAddr>()
+        .is_ok()
+    {
+        return false;
+    }
+    spec.rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// [`resolve`] with `port` for text that names none (iperf's `-p`).
+pub fn resolve_with_port(spec: &str, port: u16) -> Result<SocketAddr, AddrError> {
     if let Ok(sa) = spec.parse::<SocketAddr>() {
         return Ok(sa);
     }
@@ -47,16 +69,13 @@ pub fn resolve(spec: &str) -> Result<SocketAddr, AddrError> {
         .trim_matches(|c| c == '[' || c == ']')
         .parse::<std::net::IpAddr>()
     {
-        return Ok(SocketAddr::new(ip, DEFAULT_PORT));
+        return Ok(SocketAddr::new(ip, port));
     }
     check_syntax(spec)?;
-    let with_port = if spec
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-    {
+    let with_port = if has_port(spec) {
         spec.to_string()
     } else {
-        format!("{spec}:{DEFAULT_PORT}")
+        format!("{spec}:{port}")
     };
     with_port
         .to_socket_addrs()
@@ -82,11 +101,33 @@ mod tests {
         assert_eq!(resolve("[::1]:7").unwrap(), "[::1]:7".parse().unwrap());
         assert_eq!(resolve("::1").unwrap(), "[::1]:5301".parse().unwrap());
         assert_eq!(resolve("localhost:9").unwrap().port(), 9);
+        assert_eq!(resolve_with_port("localhost", 9).unwrap().port(), 9);
+        assert_eq!(
+            resolve_with_port("[::1]", 9).unwrap(),
+            "[::1]:9".parse().unwrap()
+        );
+        assert_eq!(resolve_with_port("127.0.0.1:7", 9).unwrap().port(), 7);
         assert_eq!(
             resolve("1.2.3.4:99999"),
             Err(AddrError::BadPort("1.2.3.4:99999".into()))
         );
         assert!(resolve("[::1]:70000").unwrap_err().is_usage());
         assert!(!resolve("no-such-host.invalid:9").unwrap_err().is_usage());
+    }
+
+    #[test]
+    fn which_texts_name_a_port() {
+        for (spec, named) in [
+            ("198.18.0.2:9000", true),
+            ("[2001:2::1]:80", true),
+            ("host.example:80", true),
+            ("198.18.0.2", false),
+            ("2001:2::1", false),
+            ("[2001:2::1]", false),
+            ("host.example", false),
+            ("host.example:", false),
+        ] {
+            assert_eq!(has_port(spec), named, "{spec}");
+        }
     }
 }

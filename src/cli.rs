@@ -115,27 +115,62 @@ pub fn one_line(program: &str, rendered: &str) -> String {
     format!("{program}: {text} (see {program} --help)")
 }
 
-/// `println!` that never panics: a closed stdout (`sbm-sink | head`) must not crash a
-/// measurement whose real output is its files.
-#[macro_export]
-macro_rules! say {
-    () => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout());
-    }};
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
+/// Where the human text goes. Normally stdout; with `-J/--json` stdout carries one JSON
+/// document and nothing else (a script reads it whole), so everything `say!` prints —
+/// banners, interval lines, where the files went — moves to stderr. Set once, before the
+/// run starts, by the binary's `main`; a process-wide switch because every module of a
+/// run prints through `say!` and none of them should need to know about `--json`.
+static HUMAN_TEXT_ON_STDERR: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// From now on `say!` and `say_partial!` print to stderr (`-J/--json`).
+pub fn move_human_text_to_stderr() {
+    HUMAN_TEXT_ON_STDERR.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// `print!` that never panics.
+/// `say!`'s and `say_partial!`'s body: writes and never panics — a closed stdout
+/// (`sbm-sink | head`) must not crash a measurement whose real output is its files.
+pub fn say_fmt(args: std::fmt::Arguments<'_>, newline: bool) {
+    fn put(mut w: impl std::io::Write, args: std::fmt::Arguments<'_>, newline: bool) {
+        let _ = w.write_fmt(args);
+        if newline {
+            let _ = w.write_all(b"\n");
+        }
+    }
+    if HUMAN_TEXT_ON_STDERR.load(std::sync::atomic::Ordering::Relaxed) {
+        put(std::io::stderr().lock(), args, newline);
+    } else {
+        put(std::io::stdout().lock(), args, newline);
+    }
+}
+
+/// The one JSON document of `-J/--json` on stdout, pretty-printed with a final newline.
+/// Nothing else is on stdout in that mode (see [`move_human_text_to_stderr`]).
+pub fn print_json_document(value: &impl serde::Serialize) {
+    use std::io::Write as _;
+    let text = serde_json::to_string_pretty(value).expect("the schema serializes");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+/// `println!` for human text (stdout, or stderr under `-J`); never panics.
+#[macro_export]
+macro_rules! say {
+    () => {
+        $crate::cli::say_fmt(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::say_fmt(format_args!($($arg)*), true)
+    };
+}
+
+/// `print!` for human text (stdout, or stderr under `-J`); never panics.
 #[macro_export]
 macro_rules! say_partial {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stdout(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        $crate::cli::say_fmt(format_args!($($arg)*), false)
+    };
 }
 
 #[cfg(test)]

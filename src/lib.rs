@@ -31,12 +31,16 @@
 //!   table.md and plots as functions of the cells' stored results, `matrix::svg` the plots,
 //!   `matrix::schedule` bottleneck changes during a cell, `matrix::recovery` the content
 //!   age's return to its floor after them.
+//! - [`embedded`]: the presets and kernel inputs built into the binaries (build.rs), for
+//!   installs without the source tree; [`docs`]: man pages and shell completions.
 //! - [`addr`], [`cli`], [`clock`], [`ne`], [`signals`], [`sysinfo`]: small helpers.
 
 pub mod addr;
 pub mod cli;
 pub mod clock;
 pub mod delay;
+pub mod docs;
+pub mod embedded;
 pub mod matrix;
 pub mod ne;
 pub mod replenish;

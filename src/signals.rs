@@ -36,6 +36,60 @@ impl AsFd for StopSignals {
     }
 }
 
+/// What ends a run early. One flow reads the process's SIGINT/SIGTERM itself. Several
+/// flows in one process cannot: a process-directed signal is read from a signalfd once, by
+/// whichever flow looks first, and the others would run on. So there the thread that owns
+/// the signals relays each one to every flow through its own eventfd ([`StopBroadcast`]).
+pub enum StopSource {
+    Signals(StopSignals),
+    Relay(std::sync::Arc<nix::sys::eventfd::EventFd>),
+}
+
+impl StopSource {
+    /// The signal that asks the run to stop, if one arrived.
+    pub fn take(&self) -> Option<Signal> {
+        match self {
+            StopSource::Signals(s) => s.take(),
+            StopSource::Relay(fd) => fd.read().ok().and_then(|n| Signal::try_from(n as i32).ok()),
+        }
+    }
+}
+
+impl AsFd for StopSource {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            StopSource::Signals(s) => s.as_fd(),
+            StopSource::Relay(fd) => fd.as_fd(),
+        }
+    }
+}
+
+/// The signal owner's side of [`StopSource::Relay`]: one eventfd per flow.
+#[derive(Default)]
+pub struct StopBroadcast {
+    relays: Vec<std::sync::Arc<nix::sys::eventfd::EventFd>>,
+}
+
+impl StopBroadcast {
+    /// A new flow's stop source.
+    pub fn relay(&mut self) -> nix::Result<StopSource> {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        let fd = std::sync::Arc::new(EventFd::from_value_and_flags(
+            0,
+            EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
+        )?);
+        self.relays.push(fd.clone());
+        Ok(StopSource::Relay(fd))
+    }
+
+    /// Tells every flow that `sig` arrived.
+    pub fn send(&self, sig: Signal) {
+        for fd in &self.relays {
+            let _ = fd.write(sig as i32 as u64);
+        }
+    }
+}
+
 /// The conventional exit status of a process ended by `sig` (128 + signal number).
 pub fn exit_status_for(sig: Signal) -> i32 {
     128 + sig as i32

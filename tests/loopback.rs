@@ -436,6 +436,126 @@ fn unreachable_peer_is_one_line_and_exit_1() {
 
 // Bad flags: tests/bad_input.rs, flag by flag for every binary.
 
+/// `-P 3`: three flows to one sink, a line per flow and a SUM line per interval, each
+/// flow's files in its own directory, and flows.json's sums equal to the flows' own and
+/// to what the sink read.
+#[test]
+fn parallel_flows_print_per_flow_and_sum_lines_and_add_up() {
+    let _g = serial();
+    let dir = tempdir("parallel");
+    let sink_dir = dir.join("sink");
+    let mut sink = Sink::start("127.0.0.1:0", &["--out", sink_dir.to_str().unwrap(), "-q"]);
+    let out = dir.join("send");
+    let res = run(
+        "sbm-send",
+        &[
+            "-c",
+            &sink.addr,
+            "-P",
+            "3",
+            "-b",
+            "40mbit",
+            "-t",
+            "3s",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        RUN,
+    );
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    let tagged = |tag: &str| res.stdout.lines().filter(|l| l.starts_with(tag)).count();
+    // Three full intervals and the last partial one, per flow and summed (plus the totals).
+    for tag in ["[  1] ", "[  2] ", "[  3] ", "[SUM] "] {
+        assert!(tagged(tag) >= 4, "{tag}: {}\n{}", tagged(tag), res.stdout);
+    }
+    let flows = read_json(&out.join("flows.json"));
+    let per_flow: Vec<serde_json::Value> = (1..=3)
+        .map(|k| read_json(&out.join(format!("flow-{k}/summary.json"))))
+        .collect();
+    let total = |key: &str| -> u64 {
+        per_flow
+            .iter()
+            .map(|f| f["totals"][key].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(flows["sum"]["flows"], 3);
+    assert_eq!(flows["sum"]["bytes_acked"], total("bytes_acked"));
+    assert_eq!(flows["sum"]["bytes_written"], total("bytes_written"));
+    assert_eq!(flows["flows"].as_array().unwrap().len(), 3);
+    for f in &per_flow {
+        // Each flow was paced at 40 Mb/s on its own.
+        let rate = f["totals"]["bytes_written"].as_f64().unwrap() * 8.0
+            / f["totals"]["duration_s"].as_f64().unwrap();
+        assert!((rate / 40e6 - 1.0).abs() < 0.05, "flow rate {rate}");
+    }
+    for _ in 0..3 {
+        sink.proc.wait_line("total from", Duration::from_secs(20));
+    }
+    let read: u64 = read_csv(&sink_dir.join("sink-intervals.csv"))
+        .iter()
+        .filter(|r| r["kind"] == "total")
+        .map(|r| num(r, "bytes").unwrap())
+        .sum();
+    assert_eq!(
+        read,
+        total("bytes_written"),
+        "the sink read every flow's bytes"
+    );
+    assert_eq!(sink.stop().code(), Some(0));
+}
+
+/// iperf's habits: `-B`/`-p` on both ends put the connection where they say, and `-J` leaves
+/// exactly one JSON document (summary.json's schema) on stdout, the human text on stderr.
+#[test]
+fn json_summary_is_all_of_stdout_and_port_and_bind_place_the_connection() {
+    let _g = serial();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let mut sink = Sink::from_running(Running::spawn(
+        "sbm-sink",
+        &["-B", "127.0.0.1", "-p", &port, "-q"],
+    ));
+    assert_eq!(sink.addr, format!("127.0.0.1:{port}"));
+    let dir = tempdir("json");
+    let res = run(
+        "sbm-send",
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-B",
+            "127.0.0.2",
+            "--writes",
+            "300",
+            "-J",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        RUN,
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    let summary: serde_json::Value = serde_json::from_str(&res.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {}", res.stdout));
+    assert_eq!(summary["peer"], format!("127.0.0.1:{port}"));
+    let local = summary["local"].as_str().unwrap();
+    assert!(local.starts_with("127.0.0.2:"), "local address {local}");
+    assert_eq!(summary["totals"]["writes"], 300);
+    let stored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary, stored, "-J prints what summary.json holds");
+    // The human text was not lost, only moved: interval lines and where the files went.
+    assert!(res.stderr.contains("Interval"), "{}", res.stderr);
+    assert!(res.stderr.contains("output: "), "{}", res.stderr);
+    sink.proc
+        .wait_line("total from 127.0.0.2:", Duration::from_secs(20));
+    assert_eq!(sink.stop().code(), Some(0));
+}
+
 #[test]
 fn sink_serves_concurrent_connections_and_survives_garbage() {
     let _g = serial();

@@ -279,18 +279,27 @@ fn committed_paper_table_rebuilds_identically() {
     );
     for rate in ["100kbit", "2mbit", "86mbit"] {
         let svg = std::fs::read_to_string(copy.join(format!("plots/cdf-{rate}.svg"))).unwrap();
-        let cells = std::fs::read_dir(&committed)
+        // Cells are named CONFIG-rN, one per repetition; the CDF pools a configuration's.
+        let mut configs: Vec<String> = std::fs::read_dir(&committed)
             .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!("{rate}-"))
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(&format!("{rate}-")))
+            .map(|name| match name.rsplit_once("-r") {
+                Some((config, rep)) if rep.bytes().all(|b| b.is_ascii_digit()) => {
+                    config.to_string()
+                }
+                _ => name,
             })
-            .count();
+            .collect();
+        configs.sort();
+        configs.dedup();
         let legend = svg.matches(r#"width="12" height="4""#).count();
-        assert_eq!(legend, cells, "one CDF series per configuration at {rate}");
+        assert_eq!(
+            legend,
+            configs.len(),
+            "one CDF series per configuration at {rate}"
+        );
+        assert_eq!(configs.len(), 5, "{configs:?}");
     }
 }
 
@@ -552,6 +561,44 @@ fn every_preset_dry_runs() {
     assert!(checked >= 10, "only {checked} presets found");
 }
 
+/// An installed copy (`cargo install`) has no source tree beside it: its presets come from
+/// the binary itself, written out under $SBM_CACHE, and the generator writes man pages.
+#[test]
+fn an_installed_copy_finds_its_presets_without_the_source_tree() {
+    let dir = tempdir("installed");
+    let bin_dir = dir.join("prefix/bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let exe = bin_dir.join("sbm-matrix");
+    std::fs::copy(matrix_bin(), &exe).unwrap();
+    let cache = dir.join("cache");
+    let in_dir = |args: &[&str]| {
+        let mut cmd = Command::new(&exe);
+        cmd.args(args)
+            .current_dir(&dir)
+            .env_remove("SBM_MATRICES")
+            .env("SBM_CACHE", &cache);
+        common::output_within(cmd, Duration::from_secs(30))
+    };
+    let list = in_dir(&["list"]);
+    assert_eq!(list.code(), Some(0), "{}", list.stderr);
+    assert!(list.stdout.contains("paper "), "{}", list.stdout);
+    let dry = in_dir(&["run", "paper", "--dry-run"]);
+    assert_eq!(dry.code(), Some(0), "{}", dry.stderr);
+    assert!(dry.stdout.contains("75 cells"), "{}", dry.stdout);
+    let written: Vec<_> = std::fs::read_dir(cache.join("embedded"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        written.len() == 1 && written[0].starts_with("matrices-"),
+        "{written:?}"
+    );
+    let man = in_dir(&["generate", "man", dir.join("man1").to_str().unwrap()]);
+    assert_eq!(man.code(), Some(0), "{}", man.stderr);
+    assert!(dir.join("man1/sbm-send.1").is_file());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `compare` on two stored runs with a known difference: a copy of a committed run against
 /// itself with one configuration's delays raised by half and another's settings changed.
 /// The raised cell is beyond the spread, the untouched ones within it at +0 %, and the
@@ -600,6 +647,7 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
     );
     std::fs::write(&toml, text).unwrap();
     let out = dir.join("compare.md");
+    let page = dir.join("compare.html");
     let mut cmd = Command::new(matrix_bin());
     cmd.args([
         "compare",
@@ -607,11 +655,22 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
         b.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
+        "--html",
+        page.to_str().unwrap(),
     ]);
     let res = common::output_within(cmd, Duration::from_secs(60));
     assert_eq!(res.code(), Some(0), "{}", res.stderr);
     let md = std::fs::read_to_string(&out).unwrap();
     assert_eq!(md.trim(), res.stdout.trim());
+    let html = std::fs::read_to_string(&page).unwrap();
+    let row = html
+        .lines()
+        .find(|l| l.starts_with("<tr><td>kernel, TCP_NODELAY</td>"))
+        .unwrap_or_else(|| panic!("no HTML row for kernel, TCP_NODELAY:\n{html}"));
+    assert!(
+        row.contains("median +50 % (<strong>beyond the spread</strong>)"),
+        "{row}"
+    );
     let line = |label: &str| {
         md.lines()
             .find(|l| l.starts_with(&format!("| {label} |")))

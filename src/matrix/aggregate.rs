@@ -190,6 +190,22 @@ pub fn groups<'a>(spec: &MatrixSpec, rows: &'a [SummaryRow]) -> Vec<Group<'a>> {
     out
 }
 
+/// The table's row keys in the order their first group appears.
+pub fn row_keys<'g>(groups: &'g [Group<'_>]) -> Vec<&'g str> {
+    let mut keys: Vec<&str> = vec![];
+    for g in groups {
+        if !keys.contains(&g.row.as_str()) {
+            keys.push(&g.row);
+        }
+    }
+    keys
+}
+
+/// The group of one table cell, if the run has it.
+pub fn find<'g, 'r>(groups: &'g [Group<'r>], row: &str, rate: &str) -> Option<&'g Group<'r>> {
+    groups.iter().find(|g| g.row == row && g.rate == rate)
+}
+
 /// aggregates.csv: one row per table cell, over its repetitions.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct AggregateRow {

@@ -264,6 +264,15 @@ pub fn compare_md(runs: &[Run]) -> String {
     out
 }
 
+/// The comparison as a self-contained web page (the same text as [`compare_md`]).
+pub fn compare_html(md: &str) -> String {
+    super::html::page(
+        "Comparison of runs",
+        "",
+        &super::html::md_to_html(md, &|_| None),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,9 @@
 //! builds the report's table from the results (`scripts/matrix` wraps it).
 
 pub mod aggregate;
+pub mod cell_series;
 pub mod compare;
+pub mod html;
 pub mod recovery;
 pub mod report;
 pub mod run;
@@ -19,7 +21,7 @@ use clap::{Parser, Subcommand};
     name = "sbm-matrix",
     version,
     about = "Run a test matrix on the emulated path; build summary.csv, table.md and plots",
-    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n  scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
+    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n  scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2\n  sbm-matrix generate man /usr/local/share/man/man1   # man pages for every program\n  source <(sbm-matrix generate completions bash)\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -60,12 +62,38 @@ pub enum Cmd {
         /// Also write the comparison to FILE (markdown).
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// Also write it as a web page to FILE (self-contained HTML).
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
     /// List the presets.
     List,
+    /// Man pages and shell completions for sbm's programs (scripts/setup installs them).
+    Generate {
+        #[command(subcommand)]
+        what: Generate,
+    },
 }
 
-/// Where presets live: $SBM_MATRICES, else scripts/matrices of the source tree.
+#[derive(Debug, Subcommand)]
+pub enum Generate {
+    /// Write a man page per program and subcommand (sbm-send.1, sbm-testbed-wan-up.1, …)
+    /// into DIR, e.g. /usr/local/share/man/man1.
+    Man {
+        /// Directory (created if missing).
+        dir: PathBuf,
+    },
+    /// Print every program's completion script for SHELL, or write one file per program
+    /// into DIR (e.g. /usr/local/share/bash-completion/completions).
+    Completions {
+        shell: clap_complete::Shell,
+        /// Directory (created if missing); without it the scripts go to stdout.
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Where presets live: $SBM_MATRICES, else scripts/matrices of the source tree the binary
+/// was built in (or of the current directory), else the copies built into the binary.
 pub fn presets_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("SBM_MATRICES") {
         return PathBuf::from(d);
@@ -76,10 +104,11 @@ pub fn presets_dir() -> PathBuf {
             .parent()
             .map(|root| root.join("scripts/matrices"))
     });
-    match from_exe {
-        Some(d) if d.exists() => d,
+    let tree = match from_exe {
+        Some(d) if d.is_dir() => d,
         _ => PathBuf::from("scripts/matrices"),
-    }
+    };
+    crate::embedded::tree_or_embedded(tree, crate::embedded::Set::Presets)
 }
 
 /// A path as given, or a preset by name.
@@ -117,20 +146,46 @@ fn main_inner(cli: Cli) -> Result<i32, run::MatrixError> {
             crate::say!("{table}");
             Ok(0)
         }
-        Cmd::Compare { runs, out } => {
+        Cmd::Compare { runs, out, html } => {
             let read: Vec<compare::Run> = runs
                 .iter()
                 .map(|d| compare::Run::read(d))
                 .collect::<Result<_, _>>()
                 .map_err(run::MatrixError::Report)?;
             let md = compare::compare_md(&read);
-            if let Some(path) = out {
-                std::fs::write(&path, &md).map_err(|source| run::MatrixError::File {
+            let page = html.map(|path| (path, compare::compare_html(&md)));
+            for (path, text) in out.map(|p| (p, md.clone())).into_iter().chain(page) {
+                std::fs::write(&path, text).map_err(|source| run::MatrixError::File {
                     path: path.clone(),
                     source,
                 })?;
             }
             crate::say!("{md}");
+            Ok(0)
+        }
+        Cmd::Generate { what } => {
+            let (dir, written) = match what {
+                Generate::Man { dir } => {
+                    let w = crate::docs::write_man_pages(&dir);
+                    (dir, w)
+                }
+                Generate::Completions { shell, dir: None } => {
+                    crate::docs::print_completions(shell, &mut std::io::stdout().lock());
+                    return Ok(0);
+                }
+                Generate::Completions {
+                    shell,
+                    dir: Some(dir),
+                } => {
+                    let w = crate::docs::write_completions(shell, &dir);
+                    (dir, w)
+                }
+            };
+            let written = written.map_err(|source| run::MatrixError::File {
+                path: dir.clone(),
+                source,
+            })?;
+            crate::say!("{} files in {}", written.len(), dir.display());
             Ok(0)
         }
         Cmd::List => {

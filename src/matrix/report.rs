@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::aggregate::{self, Group};
+use super::cell_series::{interval_series, thin, WriteSeries};
 use super::spec::{Cell, MatrixSpec};
 use super::svg::{self, Chart, Series, Style};
 use crate::report::compressed;
@@ -292,7 +293,7 @@ impl Headline {
 }
 
 /// One table cell from the runs of its repetitions.
-fn table_cell(g: &Group<'_>) -> String {
+pub fn table_cell(g: &Group<'_>) -> String {
     let ok = g.ok();
     if ok.is_empty() {
         let r = g.runs[0];
@@ -350,14 +351,15 @@ fn table_cell(g: &Group<'_>) -> String {
 /// cells "median / p95 @ goodput", each the median over the cell's runs with the range
 /// (smallest–largest run) when it has more than one.
 pub fn table_md(spec: &MatrixSpec, rows: &[SummaryRow]) -> String {
-    let rates: Vec<String> = spec.axes.rate.clone();
     let groups = aggregate::groups(spec, rows);
-    let mut keys: Vec<&str> = vec![];
-    for g in &groups {
-        if !keys.contains(&g.row.as_str()) {
-            keys.push(&g.row);
-        }
-    }
+    let mut out = main_table_md(spec, &groups);
+    out.push_str(&notes_md(spec, rows, &groups));
+    out
+}
+
+/// The table itself: a row per sender configuration, a column per rate.
+fn main_table_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
+    let rates = &spec.axes.rate;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -369,18 +371,21 @@ pub fn table_md(spec: &MatrixSpec, rows: &[SummaryRow]) -> String {
             .join(" | ")
     );
     let _ = writeln!(out, "|---|{}", "---|".repeat(rates.len()));
-    for k in &keys {
+    for k in aggregate::row_keys(groups) {
         let cells: Vec<String> = rates
             .iter()
-            .map(|rate| {
-                groups
-                    .iter()
-                    .find(|g| g.row == *k && g.rate == *rate)
-                    .map_or("—".into(), table_cell)
-            })
+            .map(|rate| aggregate::find(groups, k, rate).map_or("—".into(), table_cell))
             .collect();
         let _ = writeln!(out, "| {} | {} |", k, cells.join(" | "));
     }
+    out
+}
+
+/// Everything table.md says below its main table: what the cells mean, the path as
+/// installed, schedules, the comparison with the report, traps, content age, estimators.
+pub fn notes_md(spec: &MatrixSpec, rows: &[SummaryRow], groups: &[Group<'_>]) -> String {
+    let rates = &spec.axes.rate;
+    let mut out = String::new();
     out.push_str("\nCells: median / p95 source queueing delay of the writes after the warm-up @ goodput (bytes that entered the network after the warm-up and were acknowledged by the end of writing, over that time). Delay = write → departure of its last byte from the socket, from the snd_nxt sampler (every write, bracketed; error bounds below); cells marked (TX_SCHED) come from TX_SCHED reports (exact and coalesced writes) because the run had no sampler. With several runs of a cell (n), each figure is the median of the runs' figures, with the smallest and largest run in brackets.\n");
     if rows
         .iter()
@@ -389,15 +394,15 @@ pub fn table_md(spec: &MatrixSpec, rows: &[SummaryRow]) -> String {
         out.push_str("\nSome cells were measured by an sbm whose summary counted, as goodput, every byte acknowledged after the warm-up (summary schema 1), bytes already in flight at its end included; schema 2 counts only bytes that entered the network after it (README, `totals.goodput_bps`). Column `summary_schema` of summary.csv says which.\n");
     }
     out.push_str(&path_md(spec));
-    for rate in &rates {
+    for rate in rates {
         if let Some(note) = spec.rates.get(rate).and_then(|o| o.note.as_ref()) {
             let _ = writeln!(out, "\n{}: {note}", rate_header(rate));
         }
     }
     out.push_str(&schedules_md(spec));
-    out.push_str(&aggregate::against_report_md(spec, &groups));
-    out.push_str(&aggregate::trapped_md(spec, &groups));
-    out.push_str(&aggregate::content_age_md(&groups));
+    out.push_str(&aggregate::against_report_md(spec, groups));
+    out.push_str(&aggregate::trapped_md(spec, groups));
+    out.push_str(&aggregate::content_age_md(groups));
     out.push_str(&estimators_md(rows));
     out
 }
@@ -555,31 +560,8 @@ fn cell_sojourns(dir: &Path) -> Vec<(f64, f64)> {
     out
 }
 
-/// One intervals.csv column over time (end of each interval), scaled.
-fn interval_series(dir: &Path, column: &str, scale: f64) -> Vec<(f64, f64)> {
-    let Ok(mut r) = csv::Reader::from_path(dir.join("intervals.csv")) else {
-        return vec![];
-    };
-    let headers = r.headers().cloned().unwrap_or_default();
-    let (Some(ie), Some(ic)) = (
-        headers.iter().position(|h| h == "end_s"),
-        headers.iter().position(|h| h == column),
-    ) else {
-        return vec![];
-    };
-    r.records()
-        .map_while(Result::ok)
-        .filter_map(|rec| {
-            Some((
-                rec.get(ie)?.parse().ok()?,
-                rec.get(ic)?.parse::<f64>().ok()? * scale,
-            ))
-        })
-        .collect()
-}
-
 /// Writes summary.csv (one row per run), aggregates.csv (one row per table cell, over its
-/// runs), table.md and the plots into `run_dir`.
+/// runs), table.md, the plots and the HTML report (index.html, cells/) into `run_dir`.
 pub fn write_all(run_dir: &Path, spec: &MatrixSpec, cells: &[Cell]) -> Result<String, String> {
     let mut rows = vec![];
     for c in cells {
@@ -606,6 +588,7 @@ pub fn write_all(run_dir: &Path, spec: &MatrixSpec, cells: &[Cell]) -> Result<St
     std::fs::write(run_dir.join("table.md"), format!("{title}{table}"))
         .map_err(|e| e.to_string())?;
     write_plots(run_dir, spec, cells, &rows)?;
+    super::html::write_site(run_dir, spec, cells, &rows)?;
     Ok(table)
 }
 
@@ -656,34 +639,49 @@ fn write_plots(
         }
         write(&format!("cdf-{}.svg", rate.to_ascii_lowercase()), &[chart])?;
     }
-    // Per cell: sojourn and notsent over time.
+    // Per cell, over time: what a reader needs to understand the cell.
     for c in cells {
         let dir = run_dir.join(&c.name);
-        let mut soj = cell_sojourns(&dir);
-        if soj.len() > 3000 {
-            let step = soj.len() / 3000 + 1;
-            soj = soj.into_iter().step_by(step).collect();
-        }
+        let writes = WriteSeries::read(&dir);
         let a = Chart {
-            title: format!("{}: sojourn per write", c.name),
+            title: format!("{}: sojourn per write, both estimators", c.name),
             x_label: "time since first write (s)".into(),
             y_label: "sojourn (ms)".into(),
-            series: vec![Series {
-                name: "sojourn".into(),
-                points: soj,
-                style: Style::Points,
-            }],
+            series: vec![
+                Series {
+                    name: "snd_nxt sampler".into(),
+                    points: thin(writes.sampled, 4000),
+                    style: Style::Points,
+                },
+                Series {
+                    name: "TX_SCHED".into(),
+                    points: thin(writes.sched, 4000),
+                    style: Style::Points,
+                },
+            ],
+            markers: writes
+                .warmup_end_s
+                .map(|t| vec![(t, "warm-up ends".to_string())])
+                .unwrap_or_default(),
             ..Default::default()
         };
         let b = Chart {
-            title: format!("{}: unsent bytes at each interval's end", c.name),
+            title: format!("{}: unsent bytes and the readiness threshold", c.name),
             x_label: "time since connect (s)".into(),
-            y_label: "notsent (kB)".into(),
-            series: vec![Series {
-                name: "notsent".into(),
-                points: interval_series(&dir, "notsent_bytes", 1e-3),
+            y_label: "kB".into(),
+            series: [
+                ("notsent", "notsent_bytes"),
+                ("threshold", "threshold_bytes"),
+                ("NOTSENT_LOWAT", "lowat_bytes"),
+            ]
+            .into_iter()
+            .map(|(name, column)| Series {
+                name: name.into(),
+                points: interval_series(&dir, column, 1e-3),
                 style: Style::Line,
-            }],
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect(),
             ..Default::default()
         };
         let w = Chart {
@@ -697,8 +695,48 @@ fn write_plots(
             }],
             ..Default::default()
         };
+        let inv = Chart {
+            title: format!(
+                "{}: invitations acted on, by reason (writes.csv invite_reason)",
+                c.name
+            ),
+            x_label: "time since first write (s)".into(),
+            y_label: "writes per second".into(),
+            series: writes
+                .invitations
+                .into_iter()
+                .map(|(name, points)| Series {
+                    name,
+                    points,
+                    style: Style::Line,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let tcp = Chart {
+            title: format!("{}: congestion window, delivery rate and goodput", c.name),
+            x_label: "time since connect (s)".into(),
+            y_label: "cwnd (segments) / Mb/s".into(),
+            series: [
+                ("cwnd (segments)", "cwnd", 1.0),
+                ("delivery rate (Mb/s)", "delivery_rate_bps", 1e-6),
+                ("goodput (Mb/s)", "goodput_bps", 1e-6),
+            ]
+            .into_iter()
+            .map(|(name, column, scale)| Series {
+                name: name.into(),
+                points: interval_series(&dir, column, scale),
+                style: Style::Line,
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect(),
+            ..Default::default()
+        };
         let markers = rate_change_markers(&dir);
-        let mut charts = vec![a, b, w];
+        let mut charts: Vec<Chart> = [a, b, w, inv, tcp]
+            .into_iter()
+            .filter(|ch| ch.series.iter().any(|s| !s.points.is_empty()))
+            .collect();
         // The readiness threshold against what the rule believes the drain rate is (how
         // each rule tracks rate changes and slow start), where a rule set them.
         let threshold = interval_series(&dir, "threshold_bytes", 1e-3);
@@ -740,7 +778,7 @@ fn write_plots(
         }
         for ch in &mut charts {
             if ch.x_label.starts_with("time since") || ch.x_label.starts_with("content time") {
-                ch.markers = markers.clone();
+                ch.markers.extend(markers.iter().cloned());
             }
         }
         // BBR's own view of the path, when the cell ran BBR.

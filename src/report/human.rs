@@ -48,6 +48,59 @@ pub fn send_interval_line(r: &IntervalRow) -> String {
     )
 }
 
+/// `-P N`: a flow's tag as iperf writes it, `[  3]`, or `[SUM]`.
+pub fn flow_tag(flow: Option<usize>) -> String {
+    flow.map_or_else(|| "[SUM]".into(), |n| format!("[{n:>3}]"))
+}
+
+/// The SUM line of one interval over every flow's row for it: what adds up across flows
+/// (bytes, goodput, writes, unsent bytes); per-flow quantities (sojourn, cwnd, sRTT) are
+/// on the flows' own lines.
+pub fn sum_interval_line(rows: &[&IntervalRow]) -> String {
+    let first = rows.first().copied().cloned().unwrap_or_default();
+    let sum = |f: &dyn Fn(&IntervalRow) -> u64| rows.iter().map(|r| f(r)).sum::<u64>();
+    let notsent: Option<u64> = rows
+        .iter()
+        .map(|r| r.notsent_bytes.map(u64::from))
+        .sum::<Option<u64>>();
+    format!(
+        "{:<13} {:>11} {:>13} {:>6} {:>5} {:>28} {:>10} {:>5} {:>9}",
+        format!("{:.2}-{:.2} s", first.start_s, first.end_s),
+        Bytes(sum(&|r| r.bytes_acked)).to_string(),
+        BitRate(rows.iter().map(|r| r.goodput_bps).sum()).to_string(),
+        sum(&|r| r.writes),
+        sum(&|r| r.short_writes),
+        "-",
+        notsent.map_or_else(|| "-".into(), |n| Bytes(n).to_string()),
+        "-",
+        "-"
+    )
+}
+
+/// `-P N`: one flow's totals on one line (the whole summary is in its own summary.json).
+pub fn flow_total_line(s: &SendSummary) -> String {
+    let t = &s.totals;
+    let sojourn = if s.sampling.interval_us > 0 {
+        &s.sojourn_sampled
+    } else {
+        &s.sojourn
+    };
+    format!(
+        "{:.2} s  acked {}  goodput {}  {} writes  sojourn p50 {}  p95 {}  {}",
+        t.duration_s,
+        Bytes(t.bytes_acked),
+        BitRate(t.goodput_bps),
+        t.writes,
+        opt_micros(sojourn.p50_us),
+        opt_micros(sojourn.p95_us),
+        if s.complete {
+            "complete"
+        } else {
+            s.end_reason.as_str()
+        }
+    )
+}
+
 fn percentiles_line(p: &Percentiles) -> String {
     if p.count == 0 {
         return "none measured".into();

@@ -593,6 +593,51 @@ pub struct SendSummary {
     pub drain: DrainReport,
 }
 
+/// flows.json of `sbm-send -P N` (and its `-J` output): every flow's summary.json, and
+/// what adds up across them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct FlowsSummary {
+    pub schema_version: u32,
+    pub flows: Vec<SendSummary>,
+    /// Flows that failed before they measured anything: (flow number, why).
+    pub failed: Vec<(usize, String)>,
+    pub sum: FlowsSum,
+}
+
+/// The sums over the flows that ran (sojourn stays per flow: percentiles do not add).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct FlowsSum {
+    pub flows: usize,
+    pub complete: bool,
+    /// The longest flow's, s.
+    pub duration_s: f64,
+    pub bytes_written: u64,
+    pub bytes_acked: u64,
+    pub writes: u64,
+    pub retransmits: u64,
+    pub goodput_bps: f64,
+}
+
+impl FlowsSum {
+    pub fn of(flows: &[SendSummary]) -> FlowsSum {
+        FlowsSum {
+            flows: flows.len(),
+            complete: flows.iter().all(|f| f.complete),
+            duration_s: flows
+                .iter()
+                .map(|f| f.totals.duration_s)
+                .fold(0.0, f64::max),
+            bytes_written: flows.iter().map(|f| f.totals.bytes_written).sum(),
+            bytes_acked: flows.iter().map(|f| f.totals.bytes_acked).sum(),
+            writes: flows.iter().map(|f| f.totals.writes).sum(),
+            retransmits: flows.iter().map(|f| u64::from(f.totals.retransmits)).sum(),
+            goodput_bps: flows.iter().map(|f| f.totals.goodput_bps).sum(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod csv_row_tests {
     use super::*;

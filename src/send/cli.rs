@@ -17,10 +17,13 @@ const EXAMPLES: &str = "\
 Examples:
   sbm-sink --listen 127.0.0.1:5301 &
   sbm-send --connect 127.0.0.1:5301 -t 10s
+  sbm-send -c 198.18.0.2 -p 5400 -B 198.18.0.1 -t 10s   # port 5400, from 198.18.0.1
   sbm-send --connect 198.18.0.2 -t 40s --warmup 10s --notsent-lowat 165KB --out results/lowat
   sbm-send --connect 198.18.0.2 --writes 5000 -l 4KiB --nodelay --cc cubic --out /tmp/run
   sbm-send --connect 198.18.2.1 -t 40s --replenish-time 15ms            # emulated unless patched
   sbm-send --connect 198.18.2.1 -l 4KiB --replenish-time 15ms --sub-mss-clause off   # report §6
+  sbm-send -c 127.0.0.1 -t 5s -J -q | jq .sojourn_sampled    # the summary as JSON on stdout
+  sbm-send -c 198.18.0.2 -P 4 -t 30s --out /tmp/four            # four flows, SUM lines as iperf
 
 Units: KB/MB/GB are powers of 10, KiB/MiB/GiB powers of 2; durations need a unit (15ms, 40s).
 Exit status: 0 run complete, 1 run failed or ended early by the peer, 2 bad usage,
@@ -52,9 +55,18 @@ pub enum EpollArg {
 #[derive(Debug, Parser)]
 #[command(name = "sbm-send", version, after_help = EXAMPLES)]
 pub struct SendArgs {
-    /// Receiver (sbm-sink) as HOST:PORT, [V6]:PORT or HOST (port 5301).
+    /// Receiver (sbm-sink) as HOST:PORT, [V6]:PORT or HOST (port 5301, or -p).
     #[arg(short = 'c', long, value_name = "HOST:PORT")]
     pub connect: String,
+
+    /// The receiver's port when --connect names none (default 5301).
+    #[arg(short = 'p', long, value_name = "PORT")]
+    pub port: Option<u16>,
+
+    /// Send from this local address (IP, or IP:PORT; a port of 0 or none lets the kernel
+    /// choose): bound before connecting, as iperf's -B.
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    pub bind: Option<String>,
 
     /// Stop writing after this long (default 10s unless --bytes or --writes is given).
     #[arg(short = 't', long, value_parser = units::parse_duration, value_name = "DUR")]
@@ -206,6 +218,16 @@ pub struct SendArgs {
     #[arg(short = 'q', long)]
     pub quiet: bool,
 
+    /// Run N connections at once, each a whole flow with its own files (DIR/flow-K/): per
+    /// interval a line per flow and a SUM line, as iperf's -P; flows.json sums them.
+    #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256), value_name = "N")]
+    pub parallel: u16,
+
+    /// Print the summary as one JSON document on stdout (summary.json's schema) and nothing
+    /// else there: the banner, interval lines and notes go to stderr (iperf's -J).
+    #[arg(short = 'J', long)]
+    pub json: bool,
+
     #[command(flatten)]
     pub source: SourceArgs,
 }
@@ -295,20 +317,78 @@ impl From<String> for ArgsError {
     }
 }
 
+/// `--connect`, `-p` and `-B` as given: checked before anything else, resolved last.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    pub connect: String,
+    pub port: Option<u16>,
+    pub bind: Option<String>,
+}
+
+impl Endpoints {
+    /// What can be said without a resolver: ports that cannot be ones, and a `-p` that
+    /// contradicts the port in `--connect`.
+    fn check(&self) -> Result<(), String> {
+        crate::addr::check_syntax(&self.connect).map_err(|e| e.to_string())?;
+        if let Some(bind) = &self.bind {
+            crate::addr::check_syntax(bind).map_err(|e| format!("--bind: {e}"))?;
+        }
+        if let (Some(port), true) = (self.port, crate::addr::has_port(&self.connect)) {
+            let named = self.connect.rsplit_once(':').map(|(_, p)| p);
+            if named != Some(port.to_string().as_str()) {
+                return Err(format!(
+                    "--port {port} contradicts the port in --connect {}: give it in one place",
+                    self.connect
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The peer, and the local address to bind (None: the kernel's choice).
+    fn resolve(&self) -> Result<(std::net::SocketAddr, Option<std::net::SocketAddr>), ArgsError> {
+        let port = self.port.unwrap_or(crate::addr::DEFAULT_PORT);
+        let peer =
+            crate::addr::resolve_with_port(&self.connect, port).map_err(ArgsError::Resolve)?;
+        let Some(bind) = &self.bind else {
+            return Ok((peer, None));
+        };
+        let local = crate::addr::resolve_with_port(bind, 0).map_err(ArgsError::Resolve)?;
+        if local.is_ipv4() != peer.is_ipv4() {
+            return Err(ArgsError::Usage(format!(
+                "--bind {bind} ({local}) and the peer {peer} are of different address families"
+            )));
+        }
+        Ok((peer, Some(local)))
+    }
+}
+
 impl SendArgs {
     /// Checks what clap cannot (values that depend on each other) and builds the config.
     /// The host name is resolved last, so that every usage error is reported first.
     pub fn into_config(self) -> Result<SendConfig, ArgsError> {
-        let cfg = self.check()?;
-        let peer = crate::addr::resolve(&cfg.1).map_err(ArgsError::Resolve)?;
-        Ok(SendConfig { peer, ..cfg.0 })
+        let (cfg, endpoints) = self.check()?;
+        let (peer, bind) = endpoints.resolve()?;
+        Ok(SendConfig { peer, bind, ..cfg })
     }
 
     /// Everything but name resolution (sbm-matrix validates cells' `args` with it before
-    /// it builds a path). Returns the config with a placeholder peer, and the peer's text.
-    pub fn check(self) -> Result<(SendConfig, String), String> {
-        crate::addr::check_syntax(&self.connect).map_err(|e| e.to_string())?;
-        let connect = self.connect.clone();
+    /// it builds a path). Returns the config with a placeholder peer, and the addresses'
+    /// text.
+    pub fn check(self) -> Result<(SendConfig, Endpoints), String> {
+        let connect = Endpoints {
+            connect: self.connect.clone(),
+            port: self.port,
+            bind: self.bind.clone(),
+        };
+        connect.check()?;
+        if self.parallel > 1 && self.bind.as_deref().is_some_and(crate::addr::has_port) {
+            return Err(format!(
+                "--bind {} names a port, but -P {} flows each need their own: give the address alone",
+                self.bind.as_deref().unwrap_or_default(),
+                self.parallel
+            ));
+        }
         let peer = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
         let time = match (self.time, self.bytes, self.writes) {
             (None, None, None) => Some(Duration::from_secs(10)),
@@ -369,6 +449,7 @@ impl SendArgs {
         Ok(SendConfig {
             replenish,
             peer,
+            bind: None,
             write_size: self.write_size,
             limits: Limits {
                 time,
@@ -403,6 +484,7 @@ impl SendArgs {
             source,
             reply_timeout: self.reply_timeout,
             quiet: self.quiet,
+            interval_tap: None,
         })
         .map(|c| (c, connect))
     }

@@ -34,6 +34,8 @@ impl EpollMode {
 #[derive(Debug, Clone)]
 pub struct SendConfig {
     pub peer: SocketAddr,
+    /// `-B/--bind`: the local address to send from (None: the kernel's choice).
+    pub bind: Option<SocketAddr>,
     pub write_size: u32,
     pub limits: Limits,
     pub interval: Duration,
@@ -65,4 +67,13 @@ pub struct SendConfig {
     /// How long to wait for the sink's reply after the last write.
     pub reply_timeout: Duration,
     pub quiet: bool,
+    /// One flow of several (`-P`): its interval rows go to the owner, which prints them.
+    pub interval_tap: Option<IntervalTap>,
+}
+
+/// Where a flow of `-P N` sends its interval rows: (flow number from 1, row).
+#[derive(Debug, Clone)]
+pub struct IntervalTap {
+    pub flow: usize,
+    pub rows: std::sync::mpsc::Sender<(usize, crate::report::schema::IntervalRow)>,
 }

@@ -3,6 +3,7 @@
 pub mod cli;
 pub mod config;
 mod content_age;
+pub mod flows;
 mod output;
 mod run;
 pub mod source;
@@ -19,15 +20,48 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     crate::cli::main_with(args, |args: cli::SendArgs| {
+        let json = args.json;
+        let parallel = usize::from(args.parallel);
+        if json {
+            crate::cli::move_human_text_to_stderr();
+        }
         let cfg = args.into_config().map_err(|e| crate::cli::Failure {
             status: e.exit_status(),
             message: e.to_string(),
         })?;
+        if parallel > 1 {
+            return run_parallel(&cfg, parallel, json);
+        }
         let outcome = run(&cfg).map_err(crate::cli::Failure::env)?;
-        crate::say!(
-            "{}",
-            crate::report::human::send_summary_text(&outcome.summary)
-        );
+        if json {
+            crate::cli::print_json_document(&outcome.summary);
+        } else {
+            crate::say!(
+                "{}",
+                crate::report::human::send_summary_text(&outcome.summary)
+            );
+        }
         Ok(outcome.exit_code)
     })
+}
+
+/// `-P N`: the flows, their totals (or `-J`'s document) and flows.json beside their
+/// directories.
+fn run_parallel(cfg: &SendConfig, n: usize, json: bool) -> Result<i32, crate::cli::Failure> {
+    let outcome = flows::run_flows(cfg, n).map_err(crate::cli::Failure::env)?;
+    if let Some(dir) = &cfg.out_dir {
+        let path = dir.join("flows.json");
+        let text = serde_json::to_string_pretty(&outcome.summary).expect("the schema serializes");
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&path, text + "\n"))
+            .map_err(|e| {
+                crate::cli::Failure::env(format!("cannot write {}: {e}", path.display()))
+            })?;
+    }
+    if json {
+        crate::cli::print_json_document(&outcome.summary);
+    } else {
+        crate::say!("{}", flows::totals_text(&outcome.summary));
+    }
+    Ok(outcome.exit_code)
 }

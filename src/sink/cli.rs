@@ -11,6 +11,7 @@ const EXAMPLES: &str = "\
 Examples:
   sbm-sink                                  # 0.0.0.0:5301, interval lines every second
   sbm-sink --listen [::]:5301 -i 500ms      # IPv6 (and IPv4-mapped) on all addresses
+  sbm-sink -B 198.18.0.2 -p 5400            # iperf's habit: address and port apart
   sbm-sink --listen 198.18.0.2:5301 --once --out results/sink
   sbm-sink --max-conns 64 --idle-timeout 30s -q   # a shared host: bounded and tidy
 
@@ -22,14 +23,18 @@ Stop it with Ctrl-C (open connections get their totals first).";
 #[derive(Debug, Parser)]
 #[command(name = "sbm-sink", version, after_help = EXAMPLES)]
 pub struct SinkArgs {
-    /// Address to listen on (port 0 picks a free port, printed at start).
-    #[arg(
-        short = 'L',
-        long,
-        default_value = "0.0.0.0:5301",
-        value_name = "ADDR:PORT"
-    )]
-    pub listen: String,
+    /// Address to listen on (default 0.0.0.0:5301; port 0 picks a free port, printed at
+    /// start).
+    #[arg(short = 'L', long, value_name = "ADDR:PORT", conflicts_with_all = ["port", "bind"])]
+    pub listen: Option<String>,
+
+    /// Port to listen on, on -B's address or all IPv4 addresses (iperf's -p).
+    #[arg(short = 'p', long, value_name = "PORT")]
+    pub port: Option<u16>,
+
+    /// Address to listen on, with -p's port or 5301 (iperf's -B).
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    pub bind: Option<String>,
 
     /// Reporting interval.
     #[arg(short = 'i', long, default_value = "1s", value_parser = units::parse_duration, value_name = "DUR")]
@@ -73,6 +78,25 @@ pub struct SinkArgs {
     /// 0s = never.
     #[arg(long, default_value = "120s", value_parser = units::parse_duration_or_zero, value_name = "DUR")]
     pub idle_timeout: Duration,
+}
+
+impl SinkArgs {
+    /// The address to listen on and the port for text that names none: `--listen`, or
+    /// `-B`/`-p` (clap rules out both at once).
+    pub fn listen_spec(&self) -> Result<(String, u16), String> {
+        if let Some(listen) = &self.listen {
+            return Ok((listen.clone(), crate::addr::DEFAULT_PORT));
+        }
+        let bind = self.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
+        if let (Some(port), true) = (self.port, crate::addr::has_port(&bind)) {
+            if bind.rsplit_once(':').map(|(_, p)| p) != Some(port.to_string().as_str()) {
+                return Err(format!(
+                    "--port {port} contradicts the port in --bind {bind}: give it in one place"
+                ));
+            }
+        }
+        Ok((bind, self.port.unwrap_or(crate::addr::DEFAULT_PORT)))
+    }
 }
 
 /// `--ack`: whether the sink asks for immediate ACKs.

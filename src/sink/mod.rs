@@ -18,7 +18,8 @@ where
 }
 
 fn run_args(args: cli::SinkArgs) -> Result<i32, Failure> {
-    let listen = crate::addr::resolve(&args.listen).map_err(|e| {
+    let (spec, port) = args.listen_spec().map_err(Failure::usage)?;
+    let listen = crate::addr::resolve_with_port(&spec, port).map_err(|e| {
         if e.is_usage() {
             Failure::usage(e)
         } else {

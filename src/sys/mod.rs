@@ -1,16 +1,18 @@
 //! The only place with `unsafe`: thin wrappers over the syscalls that the safe crates do
 //! not cover (raw socket options by number, `TCP_INFO` by length, the error queue,
-//! `SIOCOUTQNSD`). Each wrapper returns a [`SysError`] naming the call and what it was
+//! `SIOCOUTQNSD`, a thread's real-time policy). Each wrapper returns a [`SysError`] naming the call and what it was
 //! asked to do; parsing of what comes back lives in safe modules.
 #![allow(unsafe_code)]
 
 mod alloc;
 mod errqueue;
+mod sched;
 mod sockopt;
 
 pub use alloc::CountingAlloc;
 
 pub use errqueue::{recv_errqueue, ErrqueueRecv};
+pub use sched::set_fifo;
 pub use sockopt::{get_bytes, get_int, get_string, outq_notsent, set_int, set_string, tcp_info};
 
 use std::io;

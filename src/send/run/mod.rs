@@ -26,7 +26,7 @@ use crate::report::schema::{
     AttributionCounts, DrainReport, IntervalRow, ReceiverView, ReportCounts, RunConfig,
     SamplingReport, SendSummary, Totals, WriteRow,
 };
-use crate::signals::{exit_status_for, StopSignals};
+use crate::signals::{exit_status_for, StopSignals, StopSource};
 use crate::sockopt::{self, OptionReport, TimestampingMode};
 use crate::stats::LatencyHist;
 use crate::sys::{self, ErrqueueRecv, SysError};
@@ -58,6 +58,8 @@ const MAX_DEFAULT_DRAIN: Duration = Duration::from_secs(60);
 pub enum SetupError {
     #[error("cannot connect to {addr}: {reason}")]
     Connect { addr: SocketAddr, reason: String },
+    #[error("cannot bind to {addr} (--bind): {reason}")]
+    Bind { addr: SocketAddr, reason: String },
     #[error(transparent)]
     Sockopt(#[from] sockopt::SockoptError),
     #[error(transparent)]
@@ -182,6 +184,19 @@ fn connect(cfg: &SendConfig) -> Result<(Socket, Vec<OptionReport>), SetupError> 
         source: e,
     })?;
     let options = sockopt::apply_sender_options(sock.as_fd(), &cfg.options)?;
+    if let Some(local) = cfg.bind {
+        sock.bind(&SockAddr::from(local))
+            .map_err(|e| SetupError::Bind {
+                addr: local,
+                reason: match e.kind() {
+                    io::ErrorKind::AddrNotAvailable => {
+                        "no interface of this host has that address".into()
+                    }
+                    io::ErrorKind::AddrInUse => "the port is in use".into(),
+                    _ => e.to_string(),
+                },
+            })?;
+    }
     sock.connect_timeout(&SockAddr::from(cfg.peer), cfg.connect_timeout)
         .map_err(|e| SetupError::Connect {
             addr: cfg.peer,
@@ -206,7 +221,7 @@ struct Sender<'a> {
     cfg: &'a SendConfig,
     sock: Socket,
     epoll: Epoll,
-    signals: StopSignals,
+    signals: StopSource,
     out: Outputs,
     ledger: WriteLedger,
     buf: Vec<u8>,
@@ -449,7 +464,10 @@ impl<'a> Sender<'a> {
             bbr_pacing_gain: bbr.map(|b| f64::from(b.pacing_gain) / 256.0),
             bbr_cwnd_gain: bbr.map(|b| f64::from(b.cwnd_gain) / 256.0),
         };
-        if !self.cfg.quiet {
+        if let Some(tap) = &self.cfg.interval_tap {
+            // One flow of several: the owner prints per-flow and SUM lines together.
+            let _ = tap.rows.send((tap.flow, row.clone()));
+        } else if !self.cfg.quiet {
             crate::say!("{}", human::send_interval_line(&row));
         }
         self.out
@@ -681,6 +699,12 @@ impl<'a> Sender<'a> {
 /// Runs sbm-send with a resolved configuration.
 pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
     let signals = StopSignals::install().map_err(os("signalfd"))?;
+    run_with_stop(cfg, StopSource::Signals(signals))
+}
+
+/// [`run`] ended early by `signals` (one flow of several: a relay from the thread that
+/// owns the process's signals).
+pub fn run_with_stop(cfg: &SendConfig, signals: StopSource) -> Result<SendOutcome, SetupError> {
     let out = Outputs::create(cfg.out_dir.as_deref())?;
     let (sock, mut options) = connect(cfg)?;
     // Trip times: the hello (boot id) goes first, before TX timestamps are enabled, so

@@ -91,10 +91,16 @@ pub struct Built {
     pub fresh: bool,
 }
 
-/// The repository's kernel/ directory (patches and config).
+/// The repository's kernel/ directory (patches and config): $SBM_KERNEL_DIR, else the
+/// source tree's, else the copies built into the binary (an install without the tree).
 pub fn default_kernel_dir() -> PathBuf {
     std::env::var_os("SBM_KERNEL_DIR").map_or_else(
-        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/kernel")),
+        || {
+            crate::embedded::tree_or_embedded(
+                PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/kernel")),
+                crate::embedded::Set::Kernel,
+            )
+        },
         PathBuf::from,
     )
 }

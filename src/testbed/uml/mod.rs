@@ -7,6 +7,7 @@
 pub mod build;
 pub mod cgroup;
 pub mod guest;
+pub mod slices;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,53 @@
+//! Embeds what the scripts need beside the binaries — the matrix presets, the kernel
+//! patches and the UML config fragment — so that `cargo install --path .` gives binaries
+//! that work without the source tree (src/embedded.rs writes them out when the tree is
+//! gone). Generates `$OUT_DIR/embedded_files.rs`: two lists of (relative path, bytes).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The files directly in `dir` whose names end in `suffix`, sorted.
+fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("build.rs: cannot read {}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.is_file() && p.to_string_lossy().ends_with(suffix))
+        .collect();
+    found.sort();
+    found
+}
+
+/// A Rust list of `(relative name, include_bytes!(absolute path))`.
+fn list(name: &str, root: &Path, paths: &[PathBuf]) -> String {
+    let mut s = format!("pub const {name}: &[(&str, &[u8])] = &[\n");
+    for p in paths {
+        let rel = p.strip_prefix(root).expect("under its root");
+        writeln!(
+            s,
+            "    ({:?}, include_bytes!({:?})),",
+            rel.to_string_lossy(),
+            p.to_string_lossy()
+        )
+        .expect("writing to a String");
+    }
+    s.push_str("];\n");
+    s
+}
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let presets_root = manifest.join("scripts/matrices");
+    let kernel_root = manifest.join("kernel");
+    let presets = files(&presets_root, ".toml");
+    let mut kernel = files(&kernel_root.join("patches"), ".patch");
+    kernel.push(kernel_root.join("uml.config"));
+    for dir in [&presets_root, &kernel_root.join("patches")] {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
+    for p in presets.iter().chain(&kernel) {
+        println!("cargo:rerun-if-changed={}", p.display());
+    }
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
+    let text = list("PRESETS", &presets_root, &presets) + &list("KERNEL", &kernel_root, &kernel);
+    std::fs::write(out.join("embedded_files.rs"), text).expect("OUT_DIR is writable");
+}

@@ -1,0 +1,551 @@
+//! The run's HTML report: `index.html` beside table.md and one page per cell under
+//! `cells/`. Self-contained: inline CSS, no scripts, nothing fetched from a network; the
+//! plots are the run's own SVGs under `plots/`, the data the cells' own files, linked.
+//!
+//! Pure functions of what the run stored (table.md's text through [`md_to_html`], the
+//! summary rows, each cell's meta.json and file list) plus one writer, [`write_site`].
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::aggregate::{self, Group};
+use super::report::{self, SummaryRow};
+use super::spec::{Cell, MatrixSpec};
+
+const CSS: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:80em;padding:0 1em;color:#222}\
+table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .5em;vertical-align:top;text-align:left}\
+th{background:#f3f3f3}code{background:#f6f6f6;padding:0 .2em}img.plot{max-width:100%;border:1px solid #eee;margin:.5em 0}\
+nav a{margin-right:1em}.runs a{margin-right:.4em;font-size:90%}strong{color:#a00}pre{background:#f6f6f6;padding:.5em;overflow:auto;max-height:30em}\
+dt{font-weight:600}dd{margin:0 0 .4em 1.5em}";
+
+/// Text as HTML (element content and attribute values alike).
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// One line of markdown's inline markup as HTML: `code` and **strong**, the rest escaped.
+fn inline(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    let mut strong = false;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('`') {
+            if let Some(end) = after.find('`') {
+                let _ = write!(out, "<code>{}</code>", escape(&after[..end]));
+                rest = &after[end + 1..];
+                continue;
+            }
+        }
+        if let Some(after) = rest.strip_prefix("**") {
+            out.push_str(if strong { "</strong>" } else { "<strong>" });
+            strong = !strong;
+            rest = after;
+            continue;
+        }
+        let next = rest
+            .char_indices()
+            .skip(1)
+            .find(|(_, c)| *c == '`' || *c == '*')
+            .map_or(rest.len(), |(i, _)| i);
+        out.push_str(&escape(&rest[..next]));
+        rest = &rest[next..];
+    }
+    if strong {
+        out.push_str("</strong>");
+    }
+    out
+}
+
+/// The markdown sbm writes (table.md's notes, compare's output) as HTML: `#` headings,
+/// pipe tables, `- ` lists and paragraphs, with [`inline`] markup. A table cell whose whole
+/// text `link` knows (a cell's name) becomes a link to what it returns.
+pub fn md_to_html(md: &str, link: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::new();
+    let lines: Vec<&str> = md.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim_end();
+        if line.trim().is_empty() {
+            i += 1;
+        } else if let Some((level, text)) = heading(line) {
+            let _ = writeln!(out, "<h{level}>{}</h{level}>", inline(text));
+            i += 1;
+        } else if line.starts_with('|') {
+            let start = i;
+            while i < lines.len() && lines[i].starts_with('|') {
+                i += 1;
+            }
+            out.push_str(&table_html(&lines[start..i], link));
+        } else if line.starts_with("- ") {
+            out.push_str("<ul>\n");
+            while i < lines.len() && lines[i].starts_with("- ") {
+                let _ = writeln!(out, "<li>{}</li>", inline(&lines[i][2..]));
+                i += 1;
+            }
+            out.push_str("</ul>\n");
+        } else {
+            let start = i;
+            while i < lines.len()
+                && !lines[i].trim().is_empty()
+                && !lines[i].starts_with('|')
+                && !lines[i].starts_with("- ")
+                && heading(lines[i]).is_none()
+            {
+                i += 1;
+            }
+            let text: Vec<String> = lines[start..i].iter().map(|l| inline(l.trim())).collect();
+            let _ = writeln!(out, "<p>{}</p>", text.join(" "));
+        }
+    }
+    out
+}
+
+fn heading(line: &str) -> Option<(usize, &str)> {
+    let level = line.bytes().take_while(|&b| b == b'#').count();
+    (1..=4)
+        .contains(&level)
+        .then(|| line[level..].strip_prefix(' '))
+        .flatten()
+        .map(|t| (level, t))
+}
+
+fn table_cells(line: &str) -> Vec<&str> {
+    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+    inner.split('|').map(str::trim).collect()
+}
+
+fn table_html(lines: &[&str], link: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::from("<table>\n");
+    let is_rule = |l: &str| {
+        table_cells(l)
+            .iter()
+            .all(|c| c.chars().all(|ch| ch == '-' || ch == ':'))
+    };
+    let has_header = lines.len() > 1 && is_rule(lines[1]);
+    for (n, line) in lines.iter().enumerate() {
+        if has_header && n == 1 {
+            continue;
+        }
+        let tag = if has_header && n == 0 { "th" } else { "td" };
+        out.push_str("<tr>");
+        for cell in table_cells(line) {
+            let body = match link(cell) {
+                Some(href) => format!("<a href=\"{}\">{}</a>", escape(&href), escape(cell)),
+                None => inline(cell),
+            };
+            let _ = write!(out, "<{tag}>{body}</{tag}>");
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+/// A whole page.
+pub fn page(title: &str, nav: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<nav>{nav}</nav>\n{body}</body>\n</html>\n",
+        escape(title)
+    )
+}
+
+/// A cell page's address from the run directory.
+pub fn cell_href(cell: &str) -> String {
+    format!("cells/{cell}.html")
+}
+
+/// What the index says about the run as a whole, read from its cells' meta.json.
+#[derive(Debug, Default)]
+pub struct RunFacts {
+    pub sbm_versions: Vec<String>,
+    pub commits: Vec<String>,
+    pub kernels: Vec<String>,
+    pub started_unix_s: Option<u64>,
+    pub ended_unix_s: Option<u64>,
+}
+
+impl RunFacts {
+    /// From the cells' meta.json (what ran) and cell.json (when).
+    pub fn of(metas: &[Option<Value>], statuses: &[Option<Value>]) -> RunFacts {
+        let mut f = RunFacts::default();
+        let add = |list: &mut Vec<String>, v: &Value| {
+            if let Some(s) = v.as_str() {
+                if !list.iter().any(|x| x == s) {
+                    list.push(s.to_string());
+                }
+            }
+        };
+        for m in metas.iter().flatten() {
+            add(&mut f.sbm_versions, &m["sbm_version"]);
+            add(&mut f.commits, &m["git_commit"]);
+            add(&mut f.kernels, &m["kernel_release"]);
+        }
+        for c in statuses.iter().flatten() {
+            if let Some(t) = c["started_unix_s"].as_u64() {
+                f.started_unix_s = Some(f.started_unix_s.map_or(t, |s| s.min(t)));
+            }
+            if let Some(t) = c["ended_unix_s"].as_u64() {
+                f.ended_unix_s = Some(f.ended_unix_s.map_or(t, |s| s.max(t)));
+            }
+        }
+        f
+    }
+}
+
+/// index.html: the table with every figure linked to its runs' pages, table.md's notes,
+/// the run-wide plots, the run's facts and its files.
+pub fn index_html(
+    spec: &MatrixSpec,
+    rows: &[SummaryRow],
+    facts: &RunFacts,
+    plots: &[String],
+) -> String {
+    let groups = aggregate::groups(spec, rows);
+    let name = spec.name.clone().unwrap_or_else(|| "matrix run".into());
+    let mut body = format!(
+        "<h1>{}</h1>\n<p>{}</p>\n",
+        escape(&name),
+        inline(spec.description.trim())
+    );
+    body.push_str(&facts_html(facts, rows));
+    body.push_str(&main_table_html(spec, &groups));
+    let known: Vec<&str> = rows.iter().map(|r| r.cell.as_str()).collect();
+    let link = |text: &str| known.contains(&text).then(|| cell_href(text));
+    body.push_str(&md_to_html(&report::notes_md(spec, rows, &groups), &link));
+    let run_plots: Vec<&String> = plots.iter().filter(|p| !p.starts_with("cell-")).collect();
+    if !run_plots.is_empty() {
+        body.push_str("<h2>Plots</h2>\n");
+        for p in run_plots {
+            let _ = writeln!(
+                body,
+                "<p><img class=\"plot\" src=\"plots/{0}\" alt=\"{0}\"></p>",
+                escape(p)
+            );
+        }
+    }
+    body.push_str("<h2>Files</h2>\n<ul>\n");
+    for (file, what) in [
+        ("table.md", "this table as markdown"),
+        ("summary.csv", "one row per cell (README: summary.csv)"),
+        (
+            "aggregates.csv",
+            "one row per table cell over its repetitions",
+        ),
+        ("matrix.toml", "the matrix as run"),
+    ] {
+        let _ = writeln!(
+            body,
+            "<li><a href=\"{file}\">{file}</a>: {}</li>",
+            escape(what)
+        );
+    }
+    body.push_str("</ul>\n");
+    page(&name, "<a href=\"index.html\">index</a>", &body)
+}
+
+fn facts_html(f: &RunFacts, rows: &[SummaryRow]) -> String {
+    let ok = rows
+        .iter()
+        .filter(|r| r.status == report::Status::Ok)
+        .count();
+    let mut out = String::from("<dl>\n");
+    let mut item = |k: &str, v: String| {
+        let _ = writeln!(out, "<dt>{}</dt><dd>{v}</dd>", escape(k));
+    };
+    item("cells", format!("{} ({ok} finished)", rows.len()));
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "not recorded".to_string()
+        } else {
+            v.iter()
+                .map(|s| format!("<code>{}</code>", escape(s)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    item("host kernel", list(&f.kernels));
+    item("sbm", list(&f.sbm_versions));
+    item("commits", list(&f.commits));
+    if let (Some(a), Some(b)) = (f.started_unix_s, f.ended_unix_s) {
+        item(
+            "wall time",
+            format!(
+                "{} s from the first cell's start to the last one's end (unix time {a} to {b})",
+                b.saturating_sub(a)
+            ),
+        );
+    }
+    out.push_str("</dl>\n");
+    out
+}
+
+/// The main table: rows = sender configurations, columns = rates, each figure the
+/// table.md text of its group, followed by a link to every run.
+fn main_table_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
+    let mut out = String::from("<table>\n<tr><th>sender configuration</th>");
+    for rate in &spec.axes.rate {
+        let _ = write!(out, "<th>{}</th>", escape(&report::rate_header(rate)));
+    }
+    out.push_str("</tr>\n");
+    for key in aggregate::row_keys(groups) {
+        let _ = write!(out, "<tr><th>{}</th>", escape(key));
+        for rate in &spec.axes.rate {
+            match aggregate::find(groups, key, rate) {
+                Some(g) => {
+                    let runs: Vec<String> = g
+                        .runs
+                        .iter()
+                        .map(|r| {
+                            format!(
+                                "<a href=\"{}\" title=\"{}\">r{}</a>",
+                                escape(&cell_href(&r.cell)),
+                                escape(&r.cell),
+                                r.repetition
+                            )
+                        })
+                        .collect();
+                    let _ = write!(
+                        out,
+                        "<td>{}<div class=\"runs\">{}</div></td>",
+                        inline(&report::table_cell(g)),
+                        runs.join("")
+                    );
+                }
+                None => out.push_str("<td>—</td>"),
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+/// One cell's page: what ran, its figures, its plots, its metadata and its files.
+pub fn cell_html(
+    cell: &Cell,
+    row: &SummaryRow,
+    meta: Option<&Value>,
+    files: &[String],
+    plot: Option<&str>,
+) -> String {
+    let mut body = format!("<h1>{}</h1>\n", escape(&cell.name));
+    let _ = writeln!(
+        body,
+        "<p>{} at {}, {} writes, {}, {}{}, repetition {}: <strong>{}</strong>{}</p>",
+        escape(&row.config),
+        escape(&report::rate_header(&row.rate)),
+        escape(&row.write_size),
+        escape(&row.cc),
+        if row.nodelay { "TCP_NODELAY, " } else { "" },
+        escape(&row.sender_kernel),
+        row.repetition,
+        escape(row.status.name()),
+        row.error
+            .as_ref()
+            .map_or(String::new(), |e| format!(" ({})", escape(e)))
+    );
+    if let Some(p) = plot {
+        let _ = writeln!(
+            body,
+            "<h2>Over time</h2>\n<p><img class=\"plot\" src=\"../plots/{0}\" alt=\"{0}\"></p>",
+            escape(p)
+        );
+    }
+    body.push_str("<h2>Figures (summary.csv's row)</h2>\n<table>\n");
+    if let Ok(Value::Object(map)) = serde_json::to_value(row) {
+        for (k, v) in map {
+            let shown = match v {
+                Value::Null => "—".to_string(),
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            let _ = writeln!(
+                body,
+                "<tr><th><code>{}</code></th><td>{}</td></tr>",
+                escape(&k),
+                escape(&shown)
+            );
+        }
+    }
+    body.push_str("</table>\n");
+    if let Some(m) = meta {
+        body.push_str(&meta_html(m));
+    } else {
+        body.push_str("<p>No meta.json: the cell did not start.</p>\n");
+    }
+    body.push_str("<h2>Files</h2>\n<ul>\n");
+    for f in files {
+        let _ = writeln!(
+            body,
+            "<li><a href=\"../{0}/{1}\">{1}</a></li>",
+            escape(&cell.name),
+            escape(f)
+        );
+    }
+    body.push_str("</ul>\n");
+    page(&cell.name, "<a href=\"../index.html\">index</a>", &body)
+}
+
+/// meta.json's parts a reader looks for first — the commands, the kernel and its sysctls,
+/// the test bed before and after — then the whole document.
+fn meta_html(m: &Value) -> String {
+    let mut out = String::from("<h2>How it ran (meta.json)</h2>\n<dl>\n");
+    for key in [
+        "send_command",
+        "sink_command",
+        "kernel_release",
+        "git_commit",
+        "sbm_version",
+    ] {
+        let v = &m[key];
+        if v.is_null() {
+            continue;
+        }
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Array(a) => a
+                .iter()
+                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                .collect::<Vec<_>>()
+                .join(" "),
+            other => other.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "<dt>{}</dt><dd><code>{}</code></dd>",
+            escape(key),
+            escape(&text)
+        );
+    }
+    out.push_str("</dl>\n");
+    if let Value::Object(sysctls) = &m["sysctls"] {
+        out.push_str("<h3>sysctls</h3>\n<table>\n");
+        for (k, v) in sysctls {
+            let _ = writeln!(
+                out,
+                "<tr><th><code>{}</code></th><td>{}</td></tr>",
+                escape(k),
+                escape(v.as_str().unwrap_or(&v.to_string()))
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    for key in ["testbed_before", "testbed_after", "rate_changes"] {
+        if !m[key].is_null() {
+            let _ = writeln!(
+                out,
+                "<h3>{}</h3>\n<pre>{}</pre>",
+                escape(key),
+                escape(&serde_json::to_string_pretty(&m[key]).unwrap_or_default())
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "<details><summary>the whole meta.json</summary><pre>{}</pre></details>",
+        escape(&serde_json::to_string_pretty(m).unwrap_or_default())
+    );
+    out
+}
+
+/// Writes index.html and cells/*.html into `run_dir` (after the plots: the pages show
+/// the SVGs that exist).
+pub fn write_site(
+    run_dir: &Path,
+    spec: &MatrixSpec,
+    cells: &[Cell],
+    rows: &[SummaryRow],
+) -> Result<(), String> {
+    let list = |dir: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.filter_map(|e| {
+                    let e = e.ok()?;
+                    e.file_type().ok()?.is_file().then_some(())?;
+                    e.file_name().to_str().map(str::to_string)
+                })
+                .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let plots = list(&run_dir.join("plots"));
+    let pages = run_dir.join("cells");
+    std::fs::create_dir_all(&pages).map_err(|e| format!("{}: {e}", pages.display()))?;
+    let json = |path: &Path| -> Option<Value> {
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+    };
+    let mut metas = Vec::with_capacity(cells.len());
+    let mut statuses = Vec::with_capacity(cells.len());
+    for (cell, row) in cells.iter().zip(rows) {
+        let dir = run_dir.join(&cell.name);
+        let meta = json(&dir.join("meta.json"));
+        statuses.push(json(&dir.join("cell.json")));
+        let plot = format!("cell-{}.svg", cell.name);
+        let html = cell_html(
+            cell,
+            row,
+            meta.as_ref(),
+            &list(&dir),
+            plots.contains(&plot).then_some(plot.as_str()),
+        );
+        let path = pages.join(format!("{}.html", cell.name));
+        std::fs::write(&path, html).map_err(|e| format!("{}: {e}", path.display()))?;
+        metas.push(meta);
+    }
+    let index = index_html(spec, rows, &RunFacts::of(&metas, &statuses), &plots);
+    let path = run_dir.join("index.html");
+    std::fs::write(&path, index).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markdown_tables_lists_and_inline_markup() {
+        let md = "## Against\n\nsome `code` and **bold** <b>\n\n| a | b |\n|---|---|\n| cell-1 | x **y** |\n\n- one\n- two\n";
+        let link = |t: &str| (t == "cell-1").then(|| "cells/cell-1.html".to_string());
+        let html = md_to_html(md, &link);
+        assert!(html.contains("<h2>Against</h2>"), "{html}");
+        assert!(
+            html.contains("<p>some <code>code</code> and <strong>bold</strong> &lt;b&gt;</p>"),
+            "{html}"
+        );
+        assert!(html.contains("<tr><th>a</th><th>b</th></tr>"), "{html}");
+        assert!(
+            html.contains(
+                "<td><a href=\"cells/cell-1.html\">cell-1</a></td><td>x <strong>y</strong></td>"
+            ),
+            "{html}"
+        );
+        assert!(!html.contains("---"), "the rule row is not a row: {html}");
+        assert!(
+            html.contains("<ul>\n<li>one</li>\n<li>two</li>\n</ul>"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn unbalanced_markup_is_closed_and_text_escaped() {
+        assert_eq!(inline("a ** b"), "a <strong> b</strong>");
+        assert_eq!(inline("5 * 3 `x"), "5 * 3 `x");
+        assert_eq!(escape("\"<&>'"), "&quot;&lt;&amp;&gt;&#39;");
+    }
+}

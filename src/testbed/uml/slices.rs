@@ -1,0 +1,193 @@
+//! CPU contention as a hypervisor deals it to a vCPU: periodic off-CPU slices at a fixed
+//! phase. Every host process of the guest is pinned to one CPU; on that CPU a SCHED_FIFO
+//! thread of ours busy-waits (100 − share) % of every period at absolute deadlines and
+//! sleeps the rest, so the guest as a whole — whichever of its processes wants to run —
+//! gets `share` of each period, in one piece, always at the same phase. The other model, a
+//! CFS quota (cgroup.rs), lets the guest run until its budget is spent and then throttles it
+//! for the rest of the period; a per-thread reservation would not cap the guest's total.
+//!
+//! The host's RT throttling (by default 950 000 of every 1 000 000 µs for real-time
+//! threads) leaves normal threads at least 5 %, so shares below 5 % cannot be dealt.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SliceError {
+    #[error(
+        "CPU share {0}% is outside 5..=100 (the host's RT throttling leaves normal threads 5 %)"
+    )]
+    BadShare(u32),
+    #[error("slice period {0:?} is outside 1 ms..=1 s")]
+    BadPeriod(Duration),
+    #[error("CPU {0} does not exist here ({1} CPUs)")]
+    BadCpu(usize, usize),
+    #[error("the slicing thread could not take CPU {cpu}: {reason}")]
+    Start { cpu: usize, reason: String },
+}
+
+/// What to deal: `share_pct` of every `period` to whatever runs on `cpu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slices {
+    pub share_pct: u32,
+    pub period: Duration,
+    pub cpu: usize,
+}
+
+impl Slices {
+    pub fn new(share_pct: u32, period: Duration, cpu: usize) -> Result<Slices, SliceError> {
+        if !(5..=100).contains(&share_pct) {
+            return Err(SliceError::BadShare(share_pct));
+        }
+        if period < Duration::from_millis(1) || period > Duration::from_secs(1) {
+            return Err(SliceError::BadPeriod(period));
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        if cpu >= cpus {
+            return Err(SliceError::BadCpu(cpu, cpus));
+        }
+        Ok(Slices {
+            share_pct,
+            period,
+            cpu,
+        })
+    }
+
+    /// The part of each period the slicer keeps the CPU.
+    pub fn off(&self) -> Duration {
+        self.period * (100 - self.share_pct) / 100
+    }
+}
+
+/// What the slicer did: the proof that the slices were dealt as asked.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct SliceRecord {
+    pub share_pct: u32,
+    pub period_us: u64,
+    pub cpu: usize,
+    pub periods: u64,
+    /// Time the slicer held the CPU, over all periods.
+    pub off_us_total: u64,
+    /// Periods whose off-slice started more than a tenth of a period late (the slicer itself
+    /// was kept from the CPU): their phase slipped.
+    pub late_periods: u64,
+}
+
+/// The running slicer; [`Slicer::stop`] ends it and says what it dealt.
+pub struct Slicer {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<SliceRecord>,
+}
+
+impl Slicer {
+    /// Starts the slicing thread: pinned to `s.cpu`, SCHED_FIFO. Fails (and leaves nothing
+    /// running) if the host refuses either.
+    pub fn start(s: Slices) -> Result<Slicer, SliceError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let stop_flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("sbm-slicer-cpu{}", s.cpu))
+            .spawn(move || {
+                if let Err(reason) = take_cpu(s.cpu) {
+                    let _ = ready_tx.send(Err(reason));
+                    return SliceRecord::default();
+                }
+                let _ = ready_tx.send(Ok(()));
+                deal(s, &stop_flag)
+            })
+            .map_err(|e| SliceError::Start {
+                cpu: s.cpu,
+                reason: e.to_string(),
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Slicer { stop, thread }),
+            Ok(Err(reason)) => {
+                let _ = thread.join();
+                Err(SliceError::Start { cpu: s.cpu, reason })
+            }
+            Err(_) => Err(SliceError::Start {
+                cpu: s.cpu,
+                reason: "the thread ended before it started".into(),
+            }),
+        }
+    }
+
+    pub fn stop(self) -> SliceRecord {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// Pins the calling thread to `cpu` and makes it SCHED_FIFO (above every normal thread,
+/// under the kernel's own RT threads).
+fn take_cpu(cpu: usize) -> Result<(), String> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).map_err(|e| format!("CPU set: {e}"))?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|e| format!("sched_setaffinity: {e}"))?;
+    crate::sys::set_fifo(50).map_err(|e| e.to_string())
+}
+
+/// The slicing loop: at each period's start, hold the CPU for `off`, then sleep until the
+/// next period's start. Deadlines are absolute, so the phase does not drift.
+fn deal(s: Slices, stop: &AtomicBool) -> SliceRecord {
+    let off = s.off();
+    let mut record = SliceRecord {
+        share_pct: s.share_pct,
+        period_us: s.period.as_micros() as u64,
+        cpu: s.cpu,
+        ..Default::default()
+    };
+    let mut start = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let began = Instant::now();
+        if began.duration_since(start) > s.period / 10 {
+            record.late_periods += 1;
+        }
+        let until = start + off;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        record.off_us_total += Instant::now().duration_since(began).as_micros() as u64;
+        record.periods += 1;
+        start += s.period;
+        // Behind by more than a period (the host held us off): skip to the next one ahead
+        // rather than dealing a burst of slices back to back.
+        let now = Instant::now();
+        while start + s.period <= now {
+            start += s.period;
+        }
+        if let Some(wait) = start.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
+    record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_periods_and_cpus_are_checked() {
+        assert!(matches!(
+            Slices::new(4, Duration::from_millis(10), 0),
+            Err(SliceError::BadShare(4))
+        ));
+        assert!(matches!(
+            Slices::new(35, Duration::from_micros(500), 0),
+            Err(SliceError::BadPeriod(_))
+        ));
+        assert!(matches!(
+            Slices::new(35, Duration::from_millis(10), 4096),
+            Err(SliceError::BadCpu(4096, _))
+        ));
+        let s = Slices::new(35, Duration::from_millis(10), 0).unwrap();
+        assert_eq!(s.off(), Duration::from_micros(6500));
+    }
+}

@@ -1,0 +1,387 @@
+//! The HTML report in a real browser: a small matrix run this test produces (two
+//! configurations × two repetitions on the emulated path), every page loaded in headless
+//! chromium over the DevTools protocol with its console captured. No page may log an error
+//! or throw; every image must have loaded with a size; every link must point at a file that
+//! exists; every plot must have drawn data. A screenshot of the index page is saved under
+//! the test's output directory (not committed). Needs root (the emulated path) and
+//! Debian's chromium-headless-shell (or chromium; $SBM_CHROMIUM names another).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::*;
+use serde_json::{json, Value};
+
+const MATRIX: &str = r#"
+name = "browser"
+description = "The browser test's run: two configurations, two repetitions, 8 s cells."
+duration = "8s"
+warmup = "2s"
+drain_timeout = "5s"
+pause = "1s"
+repetitions = 2
+
+[path]
+rtt = "40ms"
+queue = "100ms"
+
+[axes]
+rate = ["2mbit"]
+config = ["default", "replenish-15ms"]
+write_size = ["16KiB"]
+cc = ["cubic"]
+
+[configs.default]
+label = "Default (256 KiB sndbuf)"
+args = ["--sndbuf", "256KiB"]
+
+[configs.replenish-15ms]
+label = "REPLENISH_TIME = 15 ms <emulated> & \"quoted\""
+args = ["--replenish-time", "15ms"]
+"#;
+
+fn chromium() -> PathBuf {
+    if let Some(p) = std::env::var_os("SBM_CHROMIUM") {
+        return PathBuf::from(p);
+    }
+    for name in ["chromium-headless-shell", "chromium", "chromium-browser"] {
+        for dir in ["/usr/bin", "/usr/local/bin", "/usr/lib/chromium"] {
+            let p = Path::new(dir).join(name);
+            if p.is_file() {
+                return p;
+            }
+        }
+    }
+    panic!("no chromium found: install Debian's chromium-headless-shell (scripts/setup does), or set SBM_CHROMIUM");
+}
+
+/// A headless browser of this test's own, ended (by its PID) when dropped.
+struct Browser {
+    proc: std::process::Child,
+    profile: PathBuf,
+    ws: tungstenite::WebSocket<TcpStream>,
+    next_id: u64,
+    /// Events that arrived while waiting for a reply: (sessionId, method, params).
+    events: Vec<(String, String, Value)>,
+}
+
+impl Browser {
+    fn start(profile: PathBuf) -> Browser {
+        let mut proc = Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+                "--window-size=1280,1600",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("chromium starts");
+        // "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/ID" on stderr.
+        let stderr = proc.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(url) = line.split("DevTools listening on ").nth(1) {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(u) => u,
+            Err(_) => {
+                let _ = proc.kill();
+                let _ = proc.wait();
+                panic!("chromium printed no DevTools address within 30 s");
+            }
+        };
+        let host = url
+            .trim_start_matches("ws://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        let stream = TcpStream::connect(&host).expect("DevTools port");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let (ws, _) = tungstenite::client(url.as_str(), stream).expect("websocket handshake");
+        Browser {
+            proc,
+            profile,
+            ws,
+            next_id: 1,
+            events: vec![],
+        }
+    }
+
+    /// Sends a command (to a page's session, or the browser) and waits for its reply.
+    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        self.ws
+            .send(tungstenite::Message::text(msg.to_string()))
+            .expect("send to chromium");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "no reply to {method} within 60 s"
+            );
+            let v = self.read();
+            if v["id"].as_u64() == Some(id) {
+                assert!(v["error"].is_null(), "{method}: {}", v["error"]);
+                return v["result"].clone();
+            }
+        }
+    }
+
+    fn read(&mut self) -> Value {
+        let msg = self.ws.read().expect("read from chromium");
+        let text = msg.to_text().unwrap_or("{}").to_string();
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if let Some(method) = v["method"].as_str() {
+            self.events.push((
+                v["sessionId"].as_str().unwrap_or("").to_string(),
+                method.to_string(),
+                v["params"].clone(),
+            ));
+        }
+        v
+    }
+
+    /// Waits until `method` arrived for `session`.
+    fn wait_event(&mut self, session: &str, method: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self
+            .events
+            .iter()
+            .any(|(s, m, _)| s == session && m == method)
+        {
+            assert!(Instant::now() < deadline, "no {method} within 60 s");
+            self.read();
+        }
+    }
+}
+
+impl Drop for Browser {
+    /// Asks chromium to close (its helper processes end with it), and kills it by its PID
+    /// only if it has not within 10 s.
+    fn drop(&mut self) {
+        let close = json!({"id": 0, "method": "Browser.close", "params": {}});
+        let _ = self.ws.send(tungstenite::Message::text(close.to_string()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.proc.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if let Ok(None) = self.proc.try_wait() {
+            let _ = self.proc.kill();
+            let _ = self.proc.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+/// What one page did in the browser.
+struct Loaded {
+    errors: Vec<String>,
+    images: Vec<(String, bool, u64)>,
+    links: Vec<String>,
+    screenshot: Option<Vec<u8>>,
+}
+
+fn load(b: &mut Browser, page: &Path, screenshot: bool) -> Loaded {
+    let target = b.call(None, "Target.createTarget", json!({"url": "about:blank"}));
+    let target_id = target["targetId"].as_str().unwrap().to_string();
+    let attached = b.call(
+        None,
+        "Target.attachToTarget",
+        json!({"targetId": target_id, "flatten": true}),
+    );
+    let s = attached["sessionId"].as_str().unwrap().to_string();
+    for domain in ["Runtime.enable", "Log.enable", "Page.enable"] {
+        b.call(Some(s.as_str()), domain, json!({}));
+    }
+    let url = format!("file://{}", page.display());
+    let nav = b.call(Some(s.as_str()), "Page.navigate", json!({ "url": url }));
+    assert!(nav["errorText"].is_null(), "{url}: {}", nav["errorText"]);
+    b.wait_event(&s, "Page.loadEventFired");
+    let probe = "JSON.stringify({\
+        images: Array.from(document.images).map(i => [i.src, i.complete, i.naturalWidth]),\
+        links: Array.from(document.links).map(a => a.href)})";
+    let r = b.call(
+        Some(s.as_str()),
+        "Runtime.evaluate",
+        json!({"expression": probe, "returnByValue": true}),
+    );
+    let found: Value = serde_json::from_str(r["result"]["value"].as_str().unwrap()).unwrap();
+    let shot = screenshot.then(|| {
+        let png = b.call(
+            Some(s.as_str()),
+            "Page.captureScreenshot",
+            json!({"format": "png"}),
+        );
+        base64::engine::general_purpose::STANDARD
+            .decode(png["data"].as_str().unwrap())
+            .unwrap()
+    });
+    b.call(None, "Target.closeTarget", json!({"targetId": target_id}));
+    let errors = b
+        .events
+        .iter()
+        .filter(|(sess, _, _)| *sess == s)
+        .filter_map(|(_, m, p)| match m.as_str() {
+            "Runtime.exceptionThrown" => Some(format!("exception: {}", p["exceptionDetails"])),
+            "Runtime.consoleAPICalled" if p["type"] == "error" || p["type"] == "warning" => {
+                Some(format!("console.{}: {}", p["type"], p["args"]))
+            }
+            "Log.entryAdded"
+                if p["entry"]["level"] == "error" || p["entry"]["level"] == "warning" =>
+            {
+                Some(format!("log: {} {}", p["entry"]["text"], p["entry"]["url"]))
+            }
+            _ => None,
+        })
+        .collect();
+    let images = found["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i[0].as_str().unwrap().to_string(),
+                i[1].as_bool().unwrap(),
+                i[2].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let links = found["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect();
+    Loaded {
+        errors,
+        images,
+        links,
+        screenshot: shot,
+    }
+}
+
+fn file_of(url: &str) -> PathBuf {
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    let path = path.split(['#', '?']).next().unwrap();
+    // The report's names are plain; only spaces would be percent-encoded.
+    PathBuf::from(path.replace("%20", " "))
+}
+
+#[test]
+fn every_report_page_loads_clean_with_its_plots_and_links() {
+    let _g = serial();
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the browser test builds an emulated path: run it as root"
+    );
+    let dir = tempdir("browser");
+    let matrix = dir.join("browser.toml");
+    std::fs::write(&matrix, MATRIX).unwrap();
+    let run = dir.join("run");
+    let prefix = format!("br{}", std::process::id() % 100_000);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sbm-matrix"));
+    cmd.args([
+        "run",
+        matrix.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+        "--prefix",
+        &prefix,
+    ]);
+    let res = output_within(cmd, Duration::from_secs(300));
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+
+    let mut pages = vec![run.join("index.html")];
+    for e in std::fs::read_dir(run.join("cells")).unwrap() {
+        pages.push(e.unwrap().path());
+    }
+    assert_eq!(
+        pages.len(),
+        1 + 4,
+        "an index and a page per cell: {pages:?}"
+    );
+
+    let mut browser = Browser::start(dir.join("profile"));
+    let mut problems = vec![];
+    let mut plots_seen = 0;
+    for page in &pages {
+        let is_index = page.ends_with("index.html");
+        let loaded = load(&mut browser, page, is_index);
+        let name = page.display();
+        for e in &loaded.errors {
+            problems.push(format!("{name}: {e}"));
+        }
+        for (src, complete, width) in &loaded.images {
+            if !complete || *width == 0 {
+                problems.push(format!("{name}: image {src} did not load"));
+                continue;
+            }
+            // A plot with data draws lines or points, not only its frame.
+            let svg = std::fs::read_to_string(file_of(src)).unwrap_or_default();
+            if !(svg.contains("<polyline") || svg.contains("<circle")) {
+                problems.push(format!("{name}: plot {src} has no data drawn"));
+            }
+            plots_seen += 1;
+        }
+        for link in &loaded.links {
+            if !file_of(link).exists() {
+                problems.push(format!("{name}: link {link} leads nowhere"));
+            }
+        }
+        if is_index {
+            // Every figure of the table links to its runs' pages.
+            let to_cells = loaded
+                .links
+                .iter()
+                .filter(|l| l.contains("/cells/"))
+                .count();
+            if to_cells < 4 {
+                problems.push(format!("{name}: {to_cells} links to cell pages, not 4"));
+            }
+            let png = loaded.screenshot.expect("asked for");
+            assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+            std::fs::write(dir.join("index.png"), png).unwrap();
+        } else if loaded.images.is_empty() {
+            problems.push(format!("{name}: a cell page without its plot"));
+        }
+    }
+    drop(browser);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(plots_seen >= 5, "only {plots_seen} plots seen");
+    // The run's data goes; the screenshot stays as the test's output.
+    std::fs::remove_dir_all(&run).unwrap();
+    eprintln!(
+        "browser test: {} pages clean; screenshot {}",
+        pages.len(),
+        dir.join("index.png").display()
+    );
+}
