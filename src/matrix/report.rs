@@ -696,10 +696,7 @@ fn write_plots(
             ..Default::default()
         };
         let inv = Chart {
-            title: format!(
-                "{}: invitations acted on, by reason (writes.csv invite_reason)",
-                c.name
-            ),
+            title: format!("{}: invitations by reason", c.name),
             x_label: "time since first write (s)".into(),
             y_label: "writes per second".into(),
             series: writes
@@ -713,27 +710,36 @@ fn write_plots(
                 .collect(),
             ..Default::default()
         };
-        let tcp = Chart {
-            title: format!("{}: congestion window, delivery rate and goodput", c.name),
+        let cwnd = Chart {
+            title: format!("{}: congestion window", c.name),
             x_label: "time since connect (s)".into(),
-            y_label: "cwnd (segments) / Mb/s".into(),
+            y_label: "cwnd (segments)".into(),
+            series: vec![Series {
+                name: "cwnd".into(),
+                points: interval_series(&dir, "cwnd", 1.0),
+                style: Style::Line,
+            }],
+            ..Default::default()
+        };
+        let rates = Chart {
+            title: format!("{}: delivery rate and goodput", c.name),
+            x_label: "time since connect (s)".into(),
+            y_label: "Mb/s".into(),
             series: [
-                ("cwnd (segments)", "cwnd", 1.0),
-                ("delivery rate (Mb/s)", "delivery_rate_bps", 1e-6),
-                ("goodput (Mb/s)", "goodput_bps", 1e-6),
+                ("delivery rate", "delivery_rate_bps"),
+                ("goodput", "goodput_bps"),
             ]
             .into_iter()
-            .map(|(name, column, scale)| Series {
+            .map(|(name, column)| Series {
                 name: name.into(),
-                points: interval_series(&dir, column, scale),
+                points: interval_series(&dir, column, 1e-6),
                 style: Style::Line,
             })
-            .filter(|s| !s.points.is_empty())
             .collect(),
             ..Default::default()
         };
         let markers = rate_change_markers(&dir);
-        let mut charts: Vec<Chart> = [a, b, w, inv, tcp]
+        let mut charts: Vec<Chart> = [a, b, w, inv, cwnd, rates]
             .into_iter()
             .filter(|ch| ch.series.iter().any(|s| !s.points.is_empty()))
             .collect();

@@ -75,8 +75,13 @@ fn ticks(lo: f64, hi: f64, log: bool) -> Vec<(f64, String)> {
 fn fmt_num(v: f64) -> String {
     if v == 0.0 {
         "0".into()
-    } else if v.abs() >= 1000.0 || v.abs() < 0.01 {
-        format!("{v:.0e}")
+    } else if v.abs() >= 1e5 || v.abs() < 0.01 {
+        // Three significant digits, so that neighbouring ticks (1.5e5, 2e5) stay apart.
+        let s = format!("{v:.2e}");
+        match s.split_once('e') {
+            Some((m, e)) => format!("{}e{e}", m.trim_end_matches('0').trim_end_matches('.')),
+            None => s,
+        }
     } else if (v - v.round()).abs() < 1e-9 {
         format!("{}", v.round() as i64)
     } else {
@@ -310,6 +315,15 @@ mod tests {
         let c = cdf(&mut many, 500);
         assert!(c.len() <= 502);
         assert_eq!(c.last().unwrap().1, 1.0);
+    }
+
+    #[test]
+    fn neighbouring_ticks_read_apart() {
+        let labels: Vec<String> = [1500.0, 2000.0, 2500.0, 150_000.0, 200_000.0, 0.005]
+            .iter()
+            .map(|&v| fmt_num(v))
+            .collect();
+        assert_eq!(labels, ["1500", "2000", "2500", "1.5e5", "2e5", "5e-3"]);
     }
 
     #[test]
