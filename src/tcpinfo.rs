@@ -106,8 +106,50 @@ pub struct BbrInfo {
     pub cwnd_gain: u32,
 }
 
+/// BBR's state machine (v1, net/ipv4/tcp_bbr.c), as its gains show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BbrMode {
+    Startup,
+    Drain,
+    ProbeBw,
+    ProbeRtt,
+}
+
+impl BbrMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            BbrMode::Startup => "STARTUP",
+            BbrMode::Drain => "DRAIN",
+            BbrMode::ProbeBw => "PROBE_BW",
+            BbrMode::ProbeRtt => "PROBE_RTT",
+        }
+    }
+}
+
 impl BbrInfo {
     pub const LEN: usize = 20;
+
+    /// The mode, read from the gains BBR sets in each: STARTUP and DRAIN keep the high cwnd
+    /// gain (2/ln 2 ≈ 2.89) with a pacing gain above or below one, PROBE_BW has a cwnd gain
+    /// of 2 (pacing cycling 1.25, 0.75, 1), PROBE_RTT a cwnd gain of 1. None for gains BBRv1
+    /// never sets (another BBR version).
+    pub fn mode(&self) -> Option<BbrMode> {
+        let (pacing, cwnd) = (self.pacing_gain, self.cwnd_gain);
+        match cwnd {
+            // 2.89 × 256 = 739 (bbr_high_gain).
+            700..=780 if pacing > 256 => Some(BbrMode::Startup),
+            700..=780 => Some(BbrMode::Drain),
+            512 => Some(BbrMode::ProbeBw),
+            256 => Some(BbrMode::ProbeRtt),
+            _ => None,
+        }
+    }
+
+    /// BBR's estimate of the path's BDP, bytes: bandwidth × min_rtt (its in-flight target
+    /// at unit gain, without the quantization allowance).
+    pub fn bdp_bytes(&self) -> u64 {
+        self.bw.saturating_mul(u64::from(self.min_rtt_us)) / 1_000_000
+    }
 
     pub fn parse(b: &[u8]) -> Option<BbrInfo> {
         if b.len() < Self::LEN {
@@ -124,6 +166,24 @@ impl BbrInfo {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn bbr_modes_from_the_gains_bbr_sets() {
+        let info = |pacing_gain, cwnd_gain| BbrInfo {
+            bw: 250_000,
+            min_rtt_us: 20_000,
+            pacing_gain,
+            cwnd_gain,
+        };
+        assert_eq!(info(739, 739).mode(), Some(BbrMode::Startup));
+        assert_eq!(info(88, 739).mode(), Some(BbrMode::Drain));
+        for pacing in [320, 192, 256] {
+            assert_eq!(info(pacing, 512).mode(), Some(BbrMode::ProbeBw));
+        }
+        assert_eq!(info(256, 256).mode(), Some(BbrMode::ProbeRtt));
+        assert_eq!(info(256, 300).mode(), None);
+        assert_eq!(info(256, 512).bdp_bytes(), 5_000);
+    }
+
     use super::*;
 
     /// A tcp_info laid out by hand after include/uapi/linux/tcp.h.

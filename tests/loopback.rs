@@ -436,6 +436,127 @@ fn unreachable_peer_is_one_line_and_exit_1() {
 
 // Bad flags: tests/bad_input.rs, flag by flag for every binary.
 
+/// `--light`: no writes.csv, no timestamps, intervals and the summary still written, and
+/// sbm-send's own CPU time (summary.json `resources`) well under a timestamped run's.
+#[test]
+fn light_mode_keeps_intervals_and_drops_the_per_write_work() {
+    let _g = serial();
+    let mut sink = Sink::start("127.0.0.1:0", &["-q"]);
+    let cpu = |extra: &[&str], tag: &str| -> (PathBuf, f64) {
+        let out = tempdir(tag);
+        let mut args = vec![
+            "-c", &sink.addr, "--writes", "20000", "-l", "1KiB", "-q", "--out",
+        ];
+        let outs = out.to_str().unwrap().to_string();
+        args.push(&outs);
+        args.extend_from_slice(extra);
+        let res = run("sbm-send", &args, RUN);
+        assert_eq!(res.code(), Some(0), "{}", res.stderr);
+        let s = read_json(&out.join("summary.json"));
+        let r = &s["resources"];
+        let secs = r["user_s"].as_f64().unwrap() + r["sys_s"].as_f64().unwrap();
+        (out, secs)
+    };
+    let (light, light_cpu) = cpu(&["--light"], "light");
+    let (full, full_cpu) = cpu(&[], "full");
+    assert!(
+        !light.join("writes.csv").exists(),
+        "--light wrote writes.csv"
+    );
+    assert!(full.join("writes.csv").exists());
+    assert!(!read_csv(&light.join("intervals.csv")).is_empty());
+    let s = read_json(&light.join("summary.json"));
+    assert_eq!(s["totals"]["writes"], 20000);
+    assert_eq!(s["config"]["timestamps"], false);
+    // The same 20 000 writes without per-write work: measured side by side, a ratio.
+    assert!(
+        light_cpu < 0.8 * full_cpu,
+        "--light used {light_cpu:.3} s of CPU, the full instrument {full_cpu:.3} s"
+    );
+    for _ in 0..2 {
+        sink.proc.wait_line("total from", Duration::from_secs(20));
+    }
+    assert_eq!(sink.stop().code(), Some(0));
+}
+
+/// `sbm-sink --once -J`: the connection's total as the only thing on stdout.
+#[test]
+fn sink_json_prints_the_connections_total_alone() {
+    let _g = serial();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let mut sink = std::process::Command::new(bin("sbm-sink"))
+        .args(["-B", "127.0.0.1", "-p", &port, "--once", "-J"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = sink.stdout.take().unwrap();
+    let whole_stdout = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut { stdout }, &mut text);
+        text
+    });
+    // With -J the banner is on stderr.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = sink.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.contains("listening on") => break,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = sink.kill();
+                let _ = sink.wait();
+                panic!("the sink never said it was listening");
+            }
+        }
+    }
+    let res = run(
+        "sbm-send",
+        &["-c", "127.0.0.1", "-p", &port, "--writes", "100", "-q"],
+        RUN,
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    // --once: the sink ends with the connection.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = sink.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = sink.kill();
+            let _ = sink.wait();
+            panic!("sbm-sink --once did not end with its connection");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let stdout = whole_stdout.join().unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {stdout}"));
+    assert_eq!(doc["listen"], format!("127.0.0.1:{port}"));
+    let conns = doc["connections"].as_array().unwrap();
+    assert_eq!(conns.len(), 1, "{doc}");
+    assert_eq!(conns[0]["kind"], "total");
+    assert_eq!(conns[0]["bytes"], 100 * 65_536);
+}
+
 /// `-P 3`: three flows to one sink, a line per flow and a SUM line per interval, each
 /// flow's files in its own directory, and flows.json's sums equal to the flows' own and
 /// to what the sink read.
@@ -453,6 +574,8 @@ fn parallel_flows_print_per_flow_and_sum_lines_and_add_up() {
             &sink.addr,
             "-P",
             "3",
+            "--cc",
+            "reno,cubic",
             "-b",
             "40mbit",
             "-t",
@@ -482,6 +605,18 @@ fn parallel_flows_print_per_flow_and_sum_lines_and_add_up() {
     assert_eq!(flows["sum"]["bytes_acked"], total("bytes_acked"));
     assert_eq!(flows["sum"]["bytes_written"], total("bytes_written"));
     assert_eq!(flows["flows"].as_array().unwrap().len(), 3);
+    // The list of congestion controls is dealt to the flows in turn.
+    let cc_of = |f: &serde_json::Value| -> String {
+        f["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == "congestion")
+            .map(|o| o["effective"].as_str().unwrap_or("").to_string())
+            .unwrap_or_default()
+    };
+    let ccs: Vec<String> = per_flow.iter().map(cc_of).collect();
+    assert_eq!(ccs, ["reno", "cubic", "reno"]);
     for f in &per_flow {
         // Each flow was paced at 40 Mb/s on its own.
         let rate = f["totals"]["bytes_written"].as_f64().unwrap() * 8.0

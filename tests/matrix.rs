@@ -561,6 +561,86 @@ fn every_preset_dry_runs() {
     assert!(checked >= 10, "only {checked} presets found");
 }
 
+/// A cell of two flows (`-P 2`, one Reno and one CUBIC) through one 2 Mb/s bottleneck: the
+/// cell's goodput is the flows' sum and stays under the bottleneck's payload rate, each flow
+/// has its own files, and the table says how fairly they shared it.
+#[test]
+fn a_two_flow_cell_sums_its_flows_and_says_how_fair_they_were() {
+    let _g = serial();
+    require_root();
+    let dir = tempdir("twoflow");
+    let matrix = dir.join("two.toml");
+    std::fs::write(
+        &matrix,
+        r#"
+name = "two-flows"
+description = "two flows share a bottleneck"
+duration = "12s"
+warmup = "4s"
+pause = "1s"
+[path]
+rtt = "40ms"
+queue = "100ms"
+[axes]
+config = ["two"]
+write_size = ["16KiB"]
+cc = ["reno,cubic"]
+[configs.two]
+label = "Reno and CUBIC"
+args = ["-P", "2"]
+"#,
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let prefix = format!("tf{}", std::process::id() % 100_000);
+    let res = run_matrix(
+        &[
+            matrix.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--prefix",
+            &prefix,
+        ],
+        Duration::from_secs(180),
+    );
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    let rows = read_csv(&out.join("summary.csv"));
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!(row["status"], "ok", "{row:?}");
+    assert_eq!(row["flows"], "2");
+    let per_flow: Vec<f64> = row["flow_goodputs_bps"]
+        .split(';')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(per_flow.len(), 2);
+    let sum: f64 = per_flow.iter().sum();
+    assert!((f(row, "goodput_bps") - sum).abs() < 2.0, "{row:?}");
+    let payload = sbm::testbed::plan::Bottleneck {
+        rate_bps: 2_000_000,
+        queue: Duration::from_millis(100),
+    }
+    .payload_bps(1448, 66);
+    assert!(
+        sum <= payload && sum > 0.8 * payload,
+        "sum {sum} of {payload}"
+    );
+    let jain = f(row, "jain_index");
+    assert!((0.5..=1.0).contains(&jain), "{jain}");
+    for k in 1..=2 {
+        let flow = out.join(format!("2mbit-two/flow-{k}"));
+        assert!(flow.join("summary.json").is_file(), "{}", flow.display());
+        // Stored compressed, as a single flow's are.
+        assert!(flow.join("writes.csv.xz").is_file(), "{}", flow.display());
+    }
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(
+        table.contains("2 flows @ ") && table.contains("Jain's index"),
+        "{table}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// An installed copy (`cargo install`) has no source tree beside it: its presets come from
 /// the binary itself, written out under $SBM_CACHE, and the generator writes man pages.
 #[test]
@@ -637,6 +717,8 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
                 v[key][q] = serde_json::json!(x * 3 / 2);
             }
         }
+        // ... and was measured by an sbm of the older goodput definition.
+        v["schema_version"] = serde_json::json!(1);
         std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
     }
     // And its emulated clause-off configuration runs with other arguments.
@@ -690,6 +772,10 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
     assert!(
         untouched.contains("median +0 % (within the spread)") && !untouched.contains("beyond"),
         "{untouched}"
+    );
+    assert!(
+        md.contains("Goodput is not the same quantity in every run (A schema 2, B schema 1 and 2)"),
+        "{md}"
     );
     assert!(
         md.contains("- emulated, Nagle, sub-MSS clause off at 2 Mb/s: only in A")

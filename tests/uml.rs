@@ -196,6 +196,64 @@ fn kernel_claims_hold_in_the_guest() {
     assert_eq!(record["guest_exit"], 0);
 }
 
+/// Both contention models deal the guest what they say: a CPU-bound loop in the guest
+/// receives 35 % of a CPU second by second (guest-cpu.csv, from its cgroup) under a CFS
+/// quota, which throttles it in most periods, and under CPU slices, which deal one slice
+/// per 10 ms period with the slicer on time — where the unlimited guest takes ≥ 90 %.
+#[test]
+fn both_contention_models_give_the_guest_its_share() {
+    let _g = serial();
+    require_root();
+    let kernel = kernel();
+    let bed = Bed::up("cpu", &["--rate", "2mbit"]);
+    let busy = vec!["timeout 6 sh -c 'while :; do :; done'; true".to_string()];
+    // The median second of the busy part (the first two seconds include the guest's boot).
+    let share = |out: &Path| -> f64 {
+        let rows = read_csv(&out.join("guest-cpu.csv"));
+        let mut v: Vec<f64> = rows
+            .iter()
+            .filter(|r| r["t_s"].parse::<f64>().unwrap() > 2.5)
+            .filter_map(|r| r["share"].parse::<f64>().ok())
+            .collect();
+        assert!(v.len() >= 3, "{} rows: {rows:?}", v.len());
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (res, out) = script_in_guest(&bed, &kernel, &["--cpu-quota", "100"], "cpu-free", &busy);
+    assert_eq!(res.code(), Some(0), "{}{}", res.stderr, console(&out));
+    let free = share(&out);
+    assert!(free > 0.9, "an unlimited guest received {free:.3} of a CPU");
+    for (model, flag) in [("quota", "--cpu-quota"), ("slices", "--cpu-slices")] {
+        let (res, out) = script_in_guest(&bed, &kernel, &[flag, "35"], model, &busy);
+        assert_eq!(
+            res.code(),
+            Some(0),
+            "{model}: {}{}",
+            res.stderr,
+            console(&out)
+        );
+        let got = share(&out);
+        assert!(
+            (got - 0.35).abs() < 0.05,
+            "{model}: the guest received {got:.3} of a CPU, not 0.35"
+        );
+        let record = read_json(&out.join("uml.json"));
+        if model == "quota" {
+            let q = &record["cpu_quota"];
+            assert!(
+                q["throttled_share"].as_f64().unwrap() > 0.5,
+                "a busy guest under a 35 % quota is throttled in most periods: {q}"
+            );
+        } else {
+            let s = &record["cpu_slices"];
+            let periods = s["periods"].as_u64().unwrap();
+            assert!(periods >= 500, "{s}");
+            assert!(s["late_periods"].as_u64().unwrap() * 20 < periods, "{s}");
+            assert!(record["cpu_quota"].is_null(), "no quota under slices");
+        }
+    }
+}
+
 /// What the shaped-path guest tests share: the lock that runs test beds one at a time, the
 /// patched kernel, a 2 Mb/s bed named `prefix` and a sink in its receiver namespace. Bound
 /// in this order, they are dropped in reverse: the lock goes last.

@@ -58,7 +58,7 @@ impl Spread {
     }
 
     /// `275 ms (250 ms–300 ms)`, or the median alone for one run.
-    fn show(&self, fmt: impl Fn(f64) -> String) -> String {
+    pub fn show(&self, fmt: impl Fn(f64) -> String) -> String {
         if self.n > 1 {
             format!("{} ({}–{})", fmt(self.median), fmt(self.min), fmt(self.max))
         } else {
@@ -98,6 +98,9 @@ pub fn row_key(spec: &MatrixSpec, row: &SummaryRow) -> String {
     }
     if let Some(q) = row.cpu_quota {
         extra.push(format!("CPU {q}%"));
+    }
+    if let Some(q) = row.cpu_slices {
+        extra.push(format!("CPU slices {q}%"));
     }
     if !extra.is_empty() {
         key.push_str(&format!(" ({})", extra.join(", ")));

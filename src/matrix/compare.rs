@@ -39,13 +39,17 @@ pub fn identity(spec: &MatrixSpec, c: &Cell) -> String {
         .iter()
         .map(|s| format!("{:?}@{:?}/{:?}", s.rate_bps, s.at, s.queue))
         .collect();
+    // Said only when set, so that runs from before the axis existed keep their identity.
+    let slices = c
+        .cpu_slices
+        .map_or(String::new(), |s| format!(" slices={s}"));
     let guest = if c.sender_kernel == "uml" {
         format!(" mtu={} sysctls={:?}", spec.uml.mtu, c.guest_sysctls)
     } else {
         String::new()
     };
     format!(
-        "rate={:?} rtt={} queue={} schedule=[{}] write={} nodelay={} cc={} kernel={}{guest} quota={:?} time={:?}/{:?} args={:?} sink={:?}",
+        "rate={:?} rtt={} queue={} schedule=[{}] write={} nodelay={} cc={} kernel={}{guest} quota={:?}{slices} time={:?}/{:?} args={:?} sink={:?}",
         c.rate_bps,
         spec.path.rtt,
         spec.path.queue,
@@ -96,6 +100,23 @@ impl Run {
 
     fn entry(&self, id: &str) -> Option<&Entry> {
         self.cells.iter().find(|(k, _)| k == id).map(|(_, e)| e)
+    }
+
+    /// The goodput definitions its finished cells were measured with: summary schema 2
+    /// (bytes that entered the network after the warm-up), or "1" for schema 1 and the
+    /// summaries from before the schema had a number, which counted every byte acknowledged
+    /// after the warm-up.
+    fn goodput_schemas(&self) -> Vec<&'static str> {
+        let mut v: Vec<&'static str> = self
+            .cells
+            .iter()
+            .flat_map(|(_, e)| &e.rows)
+            .filter(|r| r.status == Status::Ok)
+            .map(|r| if r.summary_schema >= 2 { "2" } else { "1" })
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 }
 
@@ -244,6 +265,19 @@ pub fn compare_md(runs: &[Run]) -> String {
             let _ = write!(out, " {text} |");
         }
         out.push('\n');
+    }
+    let schemas: Vec<Vec<&str>> = runs.iter().map(Run::goodput_schemas).collect();
+    if schemas.iter().any(|s| *s != schemas[0]) {
+        let said: Vec<String> = schemas
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("{} schema {}", letter(i), s.join(" and ")))
+            .collect();
+        let _ = writeln!(
+            out,
+            "\nGoodput is not the same quantity in every run ({}): summary schema 1 counted every byte acknowledged after the warm-up, bytes in flight at its end included; schema 2 only bytes that entered the network after it (README, `totals.goodput_bps`). A goodput difference between them is partly the definition's.",
+            said.join(", ")
+        );
     }
     if !partial.is_empty() {
         out.push_str(

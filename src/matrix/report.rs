@@ -65,6 +65,8 @@ pub struct SummaryRow {
     /// host | uml
     pub sender_kernel: String,
     pub cpu_quota: Option<u32>,
+    /// The guest's share under CPU slices (the other contention model), percent.
+    pub cpu_slices: Option<u32>,
     pub repetition: u32,
     pub status: Status,
     /// The summary.json layout the cell was measured with (0: no summary).
@@ -109,6 +111,22 @@ pub struct SummaryRow {
     /// seconds until the age was back at it (`;`-separated, `-`: not back).
     pub age_floor_us: Option<u64>,
     pub age_recovery_s: Option<String>,
+    /// Cells of several flows (`-P N`, flows.json): how many, each one's goodput
+    /// (`;`-separated, flow order) and Jain's fairness index over them; the cell's goodput,
+    /// writes and retransmits are then the flows' sums.
+    pub flows: Option<u32>,
+    pub flow_goodputs_bps: Option<String>,
+    pub jain_index: Option<f64>,
+    /// BBR cells: the share of the intervals after the warm-up in each mode
+    /// (`PROBE_BW=0.950;PROBE_RTT=0.050`, intervals.csv `bbr_mode`).
+    pub bbr_mode_shares: Option<String>,
+}
+
+/// Jain's fairness index of `x`: 1 when all are equal, 1/n when one has everything.
+pub fn jain_index(x: &[f64]) -> Option<f64> {
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    (!x.is_empty() && squares > 0.0).then(|| sum * sum / (x.len() as f64 * squares))
 }
 
 fn u(v: &Value) -> Option<u64> {
@@ -128,6 +146,9 @@ pub struct CellFiles {
     pub writes_per_rtt: Option<f64>,
     /// Cells with rate changes and frames: the content age's return to its floor.
     pub recovery: Option<super::recovery::Recovery>,
+    /// Cells of several flows: sbm-send's flows.json.
+    pub flows: Option<crate::report::schema::FlowsSummary>,
+    pub bbr_mode_shares: Option<String>,
 }
 
 impl CellFiles {
@@ -143,6 +164,8 @@ impl CellFiles {
             uml: json("uml.json"),
             writes_per_rtt: median_after_warmup(dir, "writes_per_rtt"),
             recovery: super::recovery::of_cell(dir),
+            flows: json("flows.json").and_then(|v| serde_json::from_value(v).ok()),
+            bbr_mode_shares: bbr_mode_shares(dir),
         }
     }
 }
@@ -154,6 +177,10 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         .uml
         .as_ref()
         .map_or(Value::Null, |u| u["cpu_quota"].clone());
+    let slices = files
+        .uml
+        .as_ref()
+        .map_or(Value::Null, |u| u["cpu_slices"].clone());
     let after = s.map(|s| &s.attribution_after_warmup);
     let policy = s.map(|s| {
         let kind = &s.policy.kind;
@@ -163,6 +190,9 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         }
     });
     let age = s.and_then(|s| s.content_age.as_ref());
+    let flows = files.flows.as_ref();
+    let flow_goodputs: Option<Vec<f64>> =
+        flows.map(|f| f.flows.iter().map(|s| s.totals.goodput_bps).collect());
     let p = |f: fn(&SendSummary) -> &Percentiles, q: fn(&Percentiles) -> Option<u64>| {
         s.and_then(|s| q(f(s)))
     };
@@ -177,12 +207,15 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         cc: cell.cc.clone(),
         sender_kernel: cell.sender_kernel.clone(),
         cpu_quota: cell.cpu_quota,
+        cpu_slices: cell.cpu_slices,
         repetition: cell.repetition,
         status: status.map_or(Status::NotRun, |st| st.status),
         summary_schema: s.map_or(0, |s| s.schema_version),
         error: status.and_then(|st| st.error.clone()),
         policy,
-        goodput_bps: s.map(|s| s.totals.goodput_bps),
+        goodput_bps: s
+            .map(|s| s.totals.goodput_bps)
+            .or(flows.map(|f| f.sum.goodput_bps)),
         sojourn_p50_us: p(|s| &s.sojourn, |p| p.p50_us),
         sojourn_p95_us: p(|s| &s.sojourn, |p| p.p95_us),
         sojourn_p99_us: p(|s| &s.sojourn, |p| p.p99_us),
@@ -195,16 +228,18 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         coalesced: after.map(|a| a.coalesced),
         missing: after.map(|a| a.missing),
         unsent: after.map(|a| a.unsent),
-        writes: s.map(|s| s.totals.writes),
+        writes: s.map(|s| s.totals.writes).or(flows.map(|f| f.sum.writes)),
         short_writes: s.map(|s| s.totals.short_writes),
-        retransmits: s.map(|s| u64::from(s.totals.retransmits)),
+        retransmits: s
+            .map(|s| u64::from(s.totals.retransmits))
+            .or(flows.map(|f| f.sum.retransmits)),
         min_rtt_us: s.and_then(|s| s.min_rtt_us.map(u64::from)),
         writes_per_rtt: files.writes_per_rtt,
         advance_p50_us: p(|s| &s.advance_notice, |p| p.p50_us),
         invited_after_dry: s.map(|s| s.invited_after_dry),
         cpu_throttled_share: quota["throttled_share"].as_f64(),
         cpu_throttled_us: u(&quota["stat"]["throttled_us"]),
-        cpu_usage_us: u(&quota["stat"]["usage_us"]),
+        cpu_usage_us: u(&quota["stat"]["usage_us"]).or(u(&slices["usage_us"])),
         content_source: age.map(|c| c.source.clone()),
         content_age_p50_us: age.and_then(|c| c.at_sink.p50_us),
         content_age_p95_us: age.and_then(|c| c.at_sink.p95_us),
@@ -219,7 +254,51 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
                 .collect::<Vec<String>>()
                 .join(";")
         }),
+        flows: flows.map(|f| f.flows.len() as u32),
+        flow_goodputs_bps: flow_goodputs.as_ref().map(|g| {
+            g.iter()
+                .map(|v| format!("{v:.0}"))
+                .collect::<Vec<String>>()
+                .join(";")
+        }),
+        jain_index: flow_goodputs.as_deref().and_then(jain_index),
+        bbr_mode_shares: files.bbr_mode_shares.clone(),
     }
+}
+
+/// The share of a cell's intervals after the warm-up that BBR spent in each mode, in the
+/// order of BBR's state machine; None where intervals.csv has no BBR mode.
+fn bbr_mode_shares(dir: &Path) -> Option<String> {
+    let mut r = csv::Reader::from_path(dir.join("intervals.csv")).ok()?;
+    let headers = r.headers().ok()?.clone();
+    let iw = headers.iter().position(|h| h == "warmup")?;
+    let im = headers.iter().position(|h| h == "bbr_mode")?;
+    let mut counts: BTreeMap<usize, (String, u64)> = BTreeMap::new();
+    let mut total = 0u64;
+    for rec in r.records().map_while(Result::ok) {
+        if rec.get(iw) != Some("false") {
+            continue;
+        }
+        let Some(mode) = rec.get(im).filter(|m| !m.is_empty()) else {
+            continue;
+        };
+        let order = ["STARTUP", "DRAIN", "PROBE_BW", "PROBE_RTT"]
+            .iter()
+            .position(|m| *m == mode)
+            .unwrap_or(4);
+        counts
+            .entry(order)
+            .or_insert_with(|| (mode.to_string(), 0))
+            .1 += 1;
+        total += 1;
+    }
+    (total > 0).then(|| {
+        counts
+            .values()
+            .map(|(m, n)| format!("{m}={:.3}", *n as f64 / total as f64))
+            .collect::<Vec<String>>()
+            .join(";")
+    })
 }
 
 /// `8.6 ms`, `280 ms`, `22.0 s`.
@@ -305,6 +384,17 @@ pub fn table_cell(g: &Group<'_>) -> String {
     let headline = g.headline();
     let mut text = match aggregate::figures(g) {
         Some(t) => t,
+        // Several flows per run: their sum and how fairly they shared it.
+        None if ok.iter().all(|r| r.flows.is_some()) => {
+            let mut t = format!("{} flows", ok[0].flows.unwrap_or(0));
+            if let Some(gp) = g.goodput() {
+                t.push_str(&format!(" @ {} in all", gp.show(fmt_rate)));
+            }
+            if let Some(j) = aggregate::Spread::of(ok.iter().filter_map(|r| r.jain_index)) {
+                t.push_str(&format!(", Jain's index {}", j.show(|v| format!("{v:.3}"))));
+            }
+            t
+        }
         None => {
             let waiting: u64 = ok.iter().map(|r| r.unsent.unwrap_or(0)).sum();
             let mut t = if waiting > 0 {
@@ -650,12 +740,12 @@ fn write_plots(
             series: vec![
                 Series {
                     name: "snd_nxt sampler".into(),
-                    points: thin(writes.sampled, 4000),
+                    points: thin(writes.sampled, 1200),
                     style: Style::Points,
                 },
                 Series {
                     name: "TX_SCHED".into(),
-                    points: thin(writes.sched, 4000),
+                    points: thin(writes.sched, 1200),
                     style: Style::Points,
                 },
             ],
@@ -822,6 +912,12 @@ fn write_plots(
             &quota_charts(run_dir, cells, rows),
         )?;
     }
+    if !spec.axes.cpu_slices.is_empty() {
+        write(
+            "goodput-vs-cpu-share.svg",
+            &share_charts(run_dir, cells, rows),
+        )?;
+    }
     // Goodput against median sojourn, one series per rate.
     let mut chart = Chart {
         title: "Goodput against median sojourn".into(),
@@ -933,6 +1029,83 @@ fn median_after_warmup(dir: &Path, column: &str) -> Option<f64> {
     )
 }
 
+/// For CPU-slice cells (and quota cells beside them): goodput and BBR's bandwidth estimate
+/// against the guest's CPU share, one series per contention model and congestion control
+/// (every repetition a point, the median a line).
+fn share_charts(run_dir: &Path, cells: &[Cell], rows: &[SummaryRow]) -> Vec<Chart> {
+    let mut keys: Vec<(&str, &str)> = rows
+        .iter()
+        .filter_map(|r| {
+            let model = if r.cpu_slices.is_some() {
+                "slices"
+            } else if r.cpu_quota.is_some() {
+                "quota"
+            } else {
+                return None;
+            };
+            Some((model, r.cc.as_str()))
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let panel = |title: &str, y: &str, value: &dyn Fn(&Cell, &SummaryRow) -> Option<f64>| {
+        let mut chart = Chart {
+            title: title.into(),
+            x_label: "the guest's CPU share (% of one CPU per period)".into(),
+            y_label: y.into(),
+            ..Default::default()
+        };
+        for (model, cc) in &keys {
+            let mut by_share: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+            for (c, r) in cells.iter().zip(rows) {
+                let share = if *model == "slices" {
+                    r.cpu_slices
+                } else {
+                    r.cpu_quota
+                };
+                if r.cc != *cc || r.status != Status::Ok {
+                    continue;
+                }
+                if let (Some(q), Some(v)) = (share, value(c, r)) {
+                    by_share.entry(q).or_default().push(v);
+                }
+            }
+            if by_share.is_empty() {
+                continue;
+            }
+            chart.series.push(Series {
+                name: format!("{cc}, {model} (runs)"),
+                points: by_share
+                    .iter()
+                    .flat_map(|(q, vs)| vs.iter().map(move |v| (f64::from(*q), *v)))
+                    .collect(),
+                style: Style::Points,
+            });
+            chart.series.push(Series {
+                name: format!("{cc}, {model} (median)"),
+                points: by_share
+                    .iter()
+                    .filter_map(|(q, vs)| Some((f64::from(*q), median(vs.clone())?)))
+                    .collect(),
+                style: Style::Line,
+            });
+        }
+        chart
+    };
+    vec![
+        panel(
+            "Goodput against the guest's CPU share",
+            "goodput (Mb/s)",
+            &|_, r| r.goodput_bps.map(|g| g / 1e6),
+        ),
+        panel(
+            "BBR's bandwidth estimate (median after the warm-up)",
+            "Mb/s",
+            &|c, _| median_after_warmup(&run_dir.join(&c.name), "bbr_bw_bps").map(|b| b / 1e6),
+        ),
+    ]
+}
+
 /// For a CPU-quota axis: goodput, BBR's bandwidth estimate and the share of throttled
 /// periods against the quota, one series per congestion control (every repetition a point,
 /// the median a line).
@@ -1014,6 +1187,7 @@ mod tests {
             cc: "cubic".into(),
             sender_kernel: "host".into(),
             cpu_quota: None,
+            cpu_slices: None,
             repetition: 1,
             status: Status::Ok,
             summary_schema: 2,
@@ -1050,7 +1224,19 @@ mod tests {
             frames_dropped: None,
             age_floor_us: None,
             age_recovery_s: None,
+            flows: None,
+            flow_goodputs_bps: None,
+            jain_index: None,
+            bbr_mode_shares: None,
         }
+    }
+
+    #[test]
+    fn jain_is_one_for_equal_flows_and_one_over_n_for_one_taking_all() {
+        assert_eq!(jain_index(&[5.0, 5.0, 5.0]), Some(1.0));
+        assert_eq!(jain_index(&[9.0, 0.0, 0.0]), Some(1.0 / 3.0));
+        assert_eq!(jain_index(&[]), None);
+        assert_eq!(jain_index(&[0.0, 0.0]), None);
     }
 
     #[test]

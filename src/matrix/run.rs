@@ -218,6 +218,8 @@ struct Meta {
     cc: String,
     sender_kernel: String,
     cpu_quota: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_slices: Option<u32>,
     guest_sysctls: Vec<(String, String)>,
     repetition: u32,
     sink_command: Vec<String>,
@@ -302,6 +304,14 @@ fn sender_command(
                     spec.uml.cpu_period.clone(),
                 ]);
             }
+            if let Some(q) = cell.cpu_slices {
+                c.extend([
+                    "--cpu-slices".into(),
+                    q.to_string(),
+                    "--cpu-period".into(),
+                    spec.uml.cpu_period.clone(),
+                ]);
+            }
             for (k, v) in &cell.guest_sysctls {
                 c.extend(["--sysctl".into(), format!("{k}={v}")]);
             }
@@ -347,6 +357,15 @@ fn send_args(spec: &MatrixSpec, cell: &Cell, dir: &Path) -> Vec<String> {
     }
     args.extend(cell.args.iter().cloned());
     args
+}
+
+/// How many connections the cell's sbm-send opens (`-P N`; 1 if its arguments do not parse,
+/// which check_send_args has reported before any cell runs).
+fn send_flows(spec: &MatrixSpec, cell: &Cell) -> u16 {
+    use clap::Parser as _;
+    let mut argv = vec!["sbm-send".to_string()];
+    argv.extend(send_args(spec, cell, Path::new("OUT")));
+    crate::send::cli::SendArgs::try_parse_from(&argv).map_or(1, |a| a.parallel)
 }
 
 /// Every cell's sbm-send command line goes through sbm-send's own parser before anything
@@ -411,7 +430,9 @@ fn run_cell(
         bins.join("sbm-sink").to_string_lossy().into_owned(),
         "--listen".into(),
         format!("{}:{SINK_PORT}", wan::RCV_ADDR),
-        "--once".into(),
+        // The sink ends with the sender's connections: one, or each of `-P N` flows.
+        "--conns".into(),
+        send_flows(spec, cell).to_string(),
         "--out".into(),
         dir.to_string_lossy().into_owned(),
         "-q".into(),
@@ -537,6 +558,7 @@ fn run_cell(
         cc: cell.cc.clone(),
         sender_kernel: cell.sender_kernel.clone(),
         cpu_quota: cell.cpu_quota,
+        cpu_slices: cell.cpu_slices,
         guest_sysctls: cell.guest_sysctls.clone(),
         repetition: cell.repetition,
         sink_command: sink_cmd,
@@ -642,6 +664,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
                 if c.sender_kernel == "uml" { " uml" } else { "" },
                 c.cpu_quota
                     .map(|q| format!(" cpu {q}%"))
+                    .or(c.cpu_slices.map(|q| format!(" cpu slices {q}%")))
                     .unwrap_or_default(),
                 format!("{}s", c.duration.as_secs()),
                 fmt_dur(estimate(&spec, c)),
@@ -745,12 +768,26 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
             );
             // Between cells, never beside a measurement: the per-write files are stored
             // compressed (readers open them by the plain name either way).
-            for name in crate::report::compressed::PER_WRITE_FILES {
-                if let Err(e) = crate::report::compressed::compress(&dir.join(name)) {
-                    crate::say!(
-                        "sbm-matrix: {}: left uncompressed: {e}",
-                        dir.join(name).display()
-                    );
+            // A cell of several flows (`-P N`) has them per flow, in flow-K/.
+            let flow_dirs = std::fs::read_dir(&dir)
+                .map(|rd| {
+                    rd.filter_map(|e| e.ok().map(|e| e.path()))
+                        .filter(|p| {
+                            p.is_dir()
+                                && p.file_name()
+                                    .is_some_and(|n| n.to_string_lossy().starts_with("flow-"))
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            for d in std::iter::once(dir.clone()).chain(flow_dirs) {
+                for name in crate::report::compressed::PER_WRITE_FILES {
+                    if let Err(e) = crate::report::compressed::compress(&d.join(name)) {
+                        crate::say!(
+                            "sbm-matrix: {}: left uncompressed: {e}",
+                            d.join(name).display()
+                        );
+                    }
                 }
             }
             left = left.saturating_sub(estimate(&spec, cell));
@@ -766,6 +803,13 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
                         st.error.clone().unwrap_or_default()
                     )
                 }
+                (_, _, Some(g)) if row.flows.is_some() => format!(
+                    "{} flows @ {} in all{}",
+                    row.flows.unwrap_or(0),
+                    report::fmt_rate(g),
+                    row.jain_index
+                        .map_or(String::new(), |j| format!(", Jain's index {j:.3}"))
+                ),
                 (Some(a), Some(b), Some(g)) => {
                     format!(
                         "{} / {} @ {}",

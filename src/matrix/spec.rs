@@ -151,6 +151,10 @@ pub struct Axes {
     /// CPU quotas for the UML guest, percent of one CPU per `uml.cpu_period` (empty: no
     /// quota).
     pub cpu_quota: Vec<u32>,
+    /// CPU slices for the UML guest (the other contention model: its share of every
+    /// `uml.cpu_period` in one piece at a fixed phase), percent. Each value of `cpu_quota`
+    /// and of `cpu_slices` is a cell of its own; a cell has at most one of them.
+    pub cpu_slices: Vec<u32>,
 }
 
 impl Default for Axes {
@@ -163,6 +167,7 @@ impl Default for Axes {
             cc: vec!["cubic".into()],
             sender_kernel: vec!["host".into()],
             cpu_quota: vec![],
+            cpu_slices: vec![],
         }
     }
 }
@@ -178,6 +183,7 @@ pub struct Exclude {
     pub cc: Option<String>,
     pub sender_kernel: Option<String>,
     pub cpu_quota: Option<u32>,
+    pub cpu_slices: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -243,6 +249,8 @@ pub struct Cell {
     pub sender_kernel: String,
     /// Percent of one CPU for the UML guest; None: no quota.
     pub cpu_quota: Option<u32>,
+    /// The guest's share of every period in CPU slices; None: no slices.
+    pub cpu_slices: Option<u32>,
     /// `(name, value)` sysctls for the UML guest.
     pub guest_sysctls: Vec<(String, String)>,
     pub repetition: u32,
@@ -355,6 +363,22 @@ impl MatrixSpec {
         if let Some(q) = self.axes.cpu_quota.iter().find(|q| !(1..=100).contains(*q)) {
             return Err(SpecError::Invalid(format!(
                 "axes.cpu_quota {q}: percent of one CPU, 1 to 100"
+            )));
+        }
+        if !self.axes.cpu_slices.is_empty() && self.axes.sender_kernel.iter().any(|k| k == "host") {
+            return Err(SpecError::Invalid(
+                "axes.cpu_slices deals CPU to the UML guest: use it with sender_kernel = [\"uml\"]"
+                    .into(),
+            ));
+        }
+        if let Some(q) = self
+            .axes
+            .cpu_slices
+            .iter()
+            .find(|q| !(5..=100).contains(*q))
+        {
+            return Err(SpecError::Invalid(format!(
+                "axes.cpu_slices {q}: percent of one CPU, 5 to 100 (the host's RT throttling leaves normal threads 5 %)"
             )));
         }
         dur("uml.cpu_period", &self.uml.cpu_period)?;
@@ -474,6 +498,7 @@ impl MatrixSpec {
                     .as_deref()
                     .is_none_or(|x| x == k.sender_kernel)
                 && e.cpu_quota.is_none_or(|x| Some(x) == k.cpu_quota)
+                && e.cpu_slices.is_none_or(|x| Some(x) == k.cpu_slices)
         })
     }
 
@@ -484,11 +509,17 @@ impl MatrixSpec {
     pub fn cells(&self) -> Result<Vec<Cell>, SpecError> {
         self.validate()?;
         let a = &self.axes;
-        let quotas: Vec<Option<u32>> = if a.cpu_quota.is_empty() {
-            vec![None]
-        } else {
-            a.cpu_quota.iter().copied().map(Some).collect()
-        };
+        // (quota, slices): each value of either axis a cell of its own, or neither.
+        let cpus: Vec<(Option<u32>, Option<u32>)> =
+            if a.cpu_quota.is_empty() && a.cpu_slices.is_empty() {
+                vec![(None, None)]
+            } else {
+                a.cpu_quota
+                    .iter()
+                    .map(|&q| (Some(q), None))
+                    .chain(a.cpu_slices.iter().map(|&s| (None, Some(s))))
+                    .collect()
+            };
         let mut groups = vec![];
         for rate in &a.rate {
             let over = self.rates.get(rate).cloned().unwrap_or_default();
@@ -497,7 +528,7 @@ impl MatrixSpec {
                     for &nodelay in &a.nodelay {
                         for cc in &a.cc {
                             for sender_kernel in &a.sender_kernel {
-                                for &cpu_quota in &quotas {
+                                for &(cpu_quota, cpu_slices) in &cpus {
                                     let key = CellKey {
                                         rate,
                                         config,
@@ -506,6 +537,7 @@ impl MatrixSpec {
                                         cc,
                                         sender_kernel,
                                         cpu_quota,
+                                        cpu_slices,
                                     };
                                     if !self.excluded(&key) {
                                         groups.push((key, over.clone()));
@@ -567,6 +599,9 @@ impl MatrixSpec {
         if let Some(q) = k.cpu_quota {
             name.push_str(&format!("-cpu{q}"));
         }
+        if let Some(q) = k.cpu_slices {
+            name.push_str(&format!("-slices{q}"));
+        }
         if self.repetitions > 1 {
             name.push_str(&format!("-r{rep}"));
         }
@@ -589,6 +624,7 @@ impl MatrixSpec {
             cc: k.cc.to_string(),
             sender_kernel: k.sender_kernel.to_string(),
             cpu_quota: k.cpu_quota,
+            cpu_slices: k.cpu_slices,
             guest_sysctls,
             repetition: rep,
             duration,
@@ -614,6 +650,7 @@ struct CellKey<'a> {
     cc: &'a str,
     sender_kernel: &'a str,
     cpu_quota: Option<u32>,
+    cpu_slices: Option<u32>,
 }
 
 #[cfg(test)]
@@ -733,6 +770,26 @@ mod tests {
     }
 
     #[test]
+    fn each_quota_and_each_slice_share_is_a_cell_of_its_own() {
+        let m = MatrixSpec::parse(
+            "[axes]\nsender_kernel = [\"uml\"]\ncpu_quota = [100, 35]\ncpu_slices = [35]\n[[exclude]]\ncpu_quota = 100\n",
+        )
+        .unwrap();
+        let cells = m.cells().unwrap();
+        let got: Vec<(String, Option<u32>, Option<u32>)> = cells
+            .into_iter()
+            .map(|c| (c.name, c.cpu_quota, c.cpu_slices))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("2mbit-default-cpu35".to_string(), Some(35), None),
+                ("2mbit-default-slices35".to_string(), None, Some(35)),
+            ]
+        );
+    }
+
+    #[test]
     fn mistakes_are_reported() {
         for (text, want) in [
             ("[axes]\nrate = [\"2mbyte\"]", "axes.rate"),
@@ -756,6 +813,11 @@ mod tests {
             (
                 "[axes]\nsender_kernel = [\"uml\"]\ncpu_quota = [0]",
                 "1 to 100",
+            ),
+            ("[axes]\ncpu_slices = [50]", "sender_kernel = [\"uml\"]"),
+            (
+                "[axes]\nsender_kernel = [\"uml\"]\ncpu_slices = [4]",
+                "5 to 100",
             ),
             (
                 "[configs.x]\nguest_sysctls = [\"nonsense\"]\n[axes]\nconfig = [\"x\"]",

@@ -184,7 +184,7 @@ pub fn send_summary_text(s: &SendSummary) -> String {
             );
         }
     } else {
-        let _ = writeln!(out, "sojourn: not measured (--no-timestamps)");
+        let _ = writeln!(out, "sojourn: not measured (--no-timestamps or --light)");
     }
     let r = &s.receiver;
     if r.replied {
@@ -236,7 +236,7 @@ pub fn send_summary_text(s: &SendSummary) -> String {
         } else {
             let _ = writeln!(
                 out,
-                "content age at departure:   not measured (--no-timestamps)"
+                "content age at departure:   not measured (--no-timestamps or --light)"
             );
         }
         if c.received > 0 {

@@ -180,6 +180,12 @@ pub struct IntervalRow {
     pub bbr_min_rtt_us: Option<u32>,
     pub bbr_pacing_gain: Option<f64>,
     pub bbr_cwnd_gain: Option<f64>,
+    /// BBR's mode read from those gains (STARTUP, DRAIN, PROBE_BW, PROBE_RTT; empty for other
+    /// algorithms), its BDP estimate (bandwidth × min_rtt: its in-flight target at unit
+    /// gain) and the bytes actually in flight (tcpi_unacked × MSS) at the interval's end.
+    pub bbr_mode: &'static str,
+    pub bbr_bdp_bytes: Option<u64>,
+    pub inflight_bytes: u64,
 }
 
 /// sink-intervals.csv: one row per connection per interval, and one total row per

@@ -151,8 +151,9 @@ pub struct SendArgs {
     #[arg(long, value_enum, default_value_t = ThresholdTest::Hysteresis, requires = "replenish_time")]
     pub threshold_test: ThresholdTest,
 
-    /// Congestion control (TCP_CONGESTION), e.g. cubic, bbr, reno.
-    #[arg(long, value_name = "NAME")]
+    /// Congestion control (TCP_CONGESTION), e.g. cubic, bbr, reno. With -P a comma-separated
+    /// list is dealt to the flows in turn: `-P 2 --cc bbr,cubic` runs BBR beside CUBIC.
+    #[arg(long, value_name = "NAME[,NAME…]")]
     pub cc: Option<String>,
 
     /// SO_RCVBUF for the timestamp error queue (default 16MiB, forced when root). Small
@@ -163,6 +164,12 @@ pub struct SendArgs {
     /// Do not enable TX timestamps (the measurement-validity control run).
     #[arg(long)]
     pub no_timestamps: bool,
+
+    /// The lightest instrument, for runs where sbm-send's own CPU use matters (a CPU-starved
+    /// guest): no TX timestamps, no snd_nxt sampler and no writes.csv — per-interval TCP_INFO
+    /// and TCP_CC_INFO (intervals.csv) and the summary only; sojourn is not measured.
+    #[arg(long, conflicts_with_all = ["errqueue_rcvbuf", "eor", "rule_trace", "sample_interval"])]
+    pub light: bool,
 
     /// After the last write, wait at most DUR for outstanding reports (default: the backlog's
     /// drain time at the measured rate plus two RTTs and a second, capped at 60 s).
@@ -382,6 +389,16 @@ impl SendArgs {
             bind: self.bind.clone(),
         };
         connect.check()?;
+        if let Some(cc) = &self.cc {
+            if cc.split(',').any(|n| n.trim().is_empty()) {
+                return Err(format!("--cc '{cc}': a congestion control's name is empty"));
+            }
+            if cc.contains(',') && self.parallel < 2 {
+                return Err(format!(
+                    "--cc '{cc}' names several congestion controls: they are dealt to -P flows, and there is one"
+                ));
+            }
+        }
         if self.parallel > 1 && self.bind.as_deref().is_some_and(crate::addr::has_port) {
             return Err(format!(
                 "--bind {} names a port, but -P {} flows each need their own: give the address alone",
@@ -470,12 +487,17 @@ impl SendArgs {
                 sndbuf: self.sndbuf,
                 congestion: self.cc,
                 errqueue_rcvbuf: self.errqueue_rcvbuf,
-                timestamps: !self.no_timestamps,
+                timestamps: !(self.no_timestamps || self.light),
             },
-            timestamps: !self.no_timestamps,
+            timestamps: !(self.no_timestamps || self.light),
+            write_log: !self.light,
             drain_timeout: self.drain_timeout,
             connect_timeout: self.connect_timeout,
-            sample_interval: self.sample_interval,
+            sample_interval: if self.light {
+                Duration::ZERO
+            } else {
+                self.sample_interval
+            },
             eor: self.eor,
             burst: self.burst,
             paced_start: self.paced_start,

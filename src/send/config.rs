@@ -47,6 +47,8 @@ pub struct SendConfig {
     /// `--replenish-time` (None, or zero: no TCP_REPLENISH_TIME).
     pub replenish: Option<ReplenishConfig>,
     pub timestamps: bool,
+    /// writes.csv (off under `--light`).
+    pub write_log: bool,
     /// None = computed from the backlog at the end of writing.
     pub drain_timeout: Option<Duration>,
     pub connect_timeout: Duration,

@@ -89,12 +89,23 @@ pub fn run_flows(cfg: &SendConfig, n: usize) -> Result<FlowsOutcome, SetupError>
         crate::say!("{:5} {}", "", human::send_interval_header());
     }
     let mut flows: Vec<Flow> = Vec::with_capacity(n);
+    // `--cc bbr,cubic`: the flows take the names in turn.
+    let ccs: Option<Vec<String>> = cfg
+        .options
+        .congestion
+        .as_ref()
+        .map(|list| list.split(',').map(|n| n.trim().to_string()).collect());
     for flow in 1..=n {
         let mut c = cfg.clone();
+        c.options.congestion = ccs.as_ref().map(|v| v[(flow - 1) % v.len()].clone());
         c.out_dir = cfg.out_dir.as_ref().map(|d| d.join(format!("flow-{flow}")));
+        let cc_note = match (&ccs, &c.options.congestion) {
+            (Some(v), Some(cc)) if v.len() > 1 => format!(" ({cc})"),
+            _ => String::new(),
+        };
         c.label = Some(match &cfg.label {
-            Some(l) => format!("{l} flow {flow}"),
-            None => format!("flow {flow}"),
+            Some(l) => format!("{l} flow {flow}{cc_note}"),
+            None => format!("flow {flow}{cc_note}"),
         });
         c.interval_tap = Some(IntervalTap {
             flow,

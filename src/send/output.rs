@@ -34,7 +34,8 @@ pub struct Outputs {
 }
 
 impl Outputs {
-    pub fn create(dir: Option<&Path>) -> Result<Outputs, OutputError> {
+    /// The outputs in `dir` (none without one); writes.csv only with `write_log`.
+    pub fn create(dir: Option<&Path>, write_log: bool) -> Result<Outputs, OutputError> {
         let Some(dir) = dir else {
             return Ok(Outputs {
                 dir: None,
@@ -48,7 +49,11 @@ impl Outputs {
         })?;
         Ok(Outputs {
             dir: Some(dir.into()),
-            writes: Some(RowFile::create::<WriteRow>(&dir.join("writes.csv"))?),
+            writes: if write_log {
+                Some(RowFile::create::<WriteRow>(&dir.join("writes.csv"))?)
+            } else {
+                None
+            },
             intervals: Some(CsvFile::create(&dir.join("intervals.csv"))?),
         })
     }
@@ -128,8 +133,13 @@ impl Outputs {
             source,
         })?;
         crate::say!(
-            "output: {} (writes.csv, intervals.csv, summary.json)",
-            dir.display()
+            "output: {} ({}intervals.csv, summary.json)",
+            dir.display(),
+            if self.writes.is_some() {
+                "writes.csv, "
+            } else {
+                ""
+            }
         );
         Ok(())
     }

@@ -12,6 +12,7 @@ Examples:
   sbm-sink                                  # 0.0.0.0:5301, interval lines every second
   sbm-sink --listen [::]:5301 -i 500ms      # IPv6 (and IPv4-mapped) on all addresses
   sbm-sink -B 198.18.0.2 -p 5400            # iperf's habit: address and port apart
+  sbm-sink --once -J > sink.json            # the connection's total as JSON
   sbm-sink --listen 198.18.0.2:5301 --once --out results/sink
   sbm-sink --max-conns 64 --idle-timeout 30s -q   # a shared host: bounded and tidy
 
@@ -41,8 +42,12 @@ pub struct SinkArgs {
     pub interval: Duration,
 
     /// Exit after the first connection ends.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "conns")]
     pub once: bool,
+
+    /// Exit after N connections have ended (a sender's `-P N` flows; --once is --conns 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
+    pub conns: Option<u64>,
 
     /// Directory for sink-intervals.csv (created if missing).
     #[arg(short = 'o', long, value_name = "DIR")]
@@ -68,6 +73,11 @@ pub struct SinkArgs {
     /// Print only connection totals, not interval lines.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+
+    /// At exit print every connection's total as one JSON document on stdout and nothing
+    /// else there (the human lines go to stderr), as iperf's -J; best with --once.
+    #[arg(short = 'J', long)]
+    pub json: bool,
 
     /// At most N connections open at once; further ones wait in the kernel's listen
     /// backlog until one closes.

@@ -18,6 +18,9 @@ where
 }
 
 fn run_args(args: cli::SinkArgs) -> Result<i32, Failure> {
+    if args.json {
+        crate::cli::move_human_text_to_stderr();
+    }
     let (spec, port) = args.listen_spec().map_err(Failure::usage)?;
     let listen = crate::addr::resolve_with_port(&spec, port).map_err(|e| {
         if e.is_usage() {
@@ -29,14 +32,29 @@ fn run_args(args: cli::SinkArgs) -> Result<i32, Failure> {
     let cfg = SinkConfig {
         listen,
         interval: args.interval,
-        once: args.once,
+        exit_after: if args.once { Some(1) } else { args.conns },
         out_dir: args.out,
         rcvbuf: args.rcvbuf,
         expect_trip_times: args.expect_trip_times,
         ack: args.ack,
         quiet: args.quiet,
+        keep_totals: args.json,
         max_conns: args.max_conns as usize,
         idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
     };
-    run(&cfg).map(|()| 0).map_err(Failure::env)
+    let totals = run(&cfg).map_err(Failure::env)?;
+    if args.json {
+        crate::cli::print_json_document(&SinkDocument {
+            listen: cfg.listen.to_string(),
+            connections: totals,
+        });
+    }
+    Ok(0)
+}
+
+/// `sbm-sink -J`'s document: every connection's total (sink-intervals.csv's `total` rows).
+#[derive(serde::Serialize)]
+struct SinkDocument {
+    listen: String,
+    connections: Vec<crate::report::schema::SinkIntervalRow>,
 }

@@ -44,10 +44,14 @@ const LOG_EVERY: Duration = Duration::from_secs(5);
 pub struct SinkConfig {
     pub listen: SocketAddr,
     pub interval: Duration,
-    pub once: bool,
+    /// Exit once this many connections have ended (`--once`: 1; None: serve until a signal).
+    pub exit_after: Option<u64>,
     pub out_dir: Option<PathBuf>,
     pub rcvbuf: Option<u32>,
     pub quiet: bool,
+    /// Keep every connection's total for the caller (`-J`); off, a long-lived sink keeps
+    /// nothing per finished connection.
+    pub keep_totals: bool,
     pub expect_trip_times: bool,
     /// When to ask for immediate ACKs (`--ack`).
     pub ack: super::cli::AckPolicy,
@@ -210,6 +214,7 @@ struct Sink<'a> {
     rows: Vec<SinkMessageRow>,
     accepting: Accepting,
     refusals: RateLimitedLog,
+    totals: Vec<SinkIntervalRow>,
 }
 
 impl Sink<'_> {
@@ -220,6 +225,9 @@ impl Sink<'_> {
         if let Some(csv) = &mut self.csv {
             csv.write(&row)?;
             csv.flush()?;
+        }
+        if self.cfg.keep_totals && row.kind == "total" {
+            self.totals.push(row);
         }
         Ok(())
     }
@@ -549,8 +557,9 @@ impl Sink<'_> {
     }
 }
 
-/// Runs the sink until a signal, or (with `--once`) the end of the first connection.
-pub fn run(cfg: &SinkConfig) -> Result<(), SinkError> {
+/// Serves until Ctrl-C/SIGTERM (or, with `exit_after`, until that many connections have
+/// ended); returns the connections' totals when `keep_totals` asked for them.
+pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
     let signals = StopSignals::install().map_err(os("signalfd"))?;
     let csv = match &cfg.out_dir {
         Some(dir) => {
@@ -605,6 +614,7 @@ pub fn run(cfg: &SinkConfig) -> Result<(), SinkError> {
         rows: Vec::with_capacity(64),
         accepting: Accepting::Yes,
         refusals: RateLimitedLog::default(),
+        totals: vec![],
     };
     let mut events = [EpollEvent::empty(); 64];
     loop {
@@ -632,15 +642,15 @@ pub fn run(cfg: &SinkConfig) -> Result<(), SinkError> {
                             sink.close_conn(token, Ending::Signal(sig.to_string()))?;
                         }
                         let _ = io::stdout().flush();
-                        return Ok(());
+                        return Ok(sink.totals);
                     }
                 }
                 token => {
                     if let Some(ending) = sink.read_conn(token) {
                         sink.close_conn(token, ending)?;
-                        if cfg.once {
+                        if cfg.exit_after.is_some_and(|n| sink.finished_conns >= n) {
                             let _ = io::stdout().flush();
-                            return Ok(());
+                            return Ok(sink.totals);
                         }
                     }
                 }

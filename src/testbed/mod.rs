@@ -78,7 +78,7 @@ pub enum UmlCmd {
     },
     /// Boot a sender guest on a bed's snd namespace and run a command in it.
     #[command(
-        after_help = "The command runs inside the guest from the host's file system, in the caller's directory;\nthe file system is read-only there except OUT (mounted read-write at the same path).\n\nExamples:\n  testbed/wan up --rate 2mbit --prefix sbm\n  ip netns exec sbm-rcv target/release/sbm-sink --listen 198.18.2.1:5301 &\n  testbed/uml run --out /var/tmp/r1 -- target/release/sbm-send --connect 198.18.2.1 \\\n      -t 40s --replenish-time 15ms --replenish-impl kernel --out /var/tmp/r1\n  testbed/uml run --cpu-quota 35 --cpu-period 10ms --out /var/tmp/r2 -- ..."
+        after_help = "The command runs inside the guest from the host's file system, in the caller's directory;\nthe file system is read-only there except OUT (mounted read-write at the same path).\n\nExamples:\n  testbed/wan up --rate 2mbit --prefix sbm\n  ip netns exec sbm-rcv target/release/sbm-sink --listen 198.18.2.1:5301 &\n  testbed/uml run --out /var/tmp/r1 -- target/release/sbm-send --connect 198.18.2.1 \\\n      -t 40s --replenish-time 15ms --replenish-impl kernel --out /var/tmp/r1\n  testbed/uml run --cpu-quota 35 --cpu-period 10ms --out /var/tmp/r2 -- ...\n  testbed/uml run --cpu-slices 35 --out /var/tmp/r3 -- ...   # 3.5 ms of every 10 ms, fixed phase"
     )]
     Run {
         #[command(flatten)]
@@ -91,10 +91,19 @@ pub enum UmlCmd {
         /// Output directory (created; mounted read-write in the guest).
         #[arg(long)]
         out: std::path::PathBuf,
-        /// Limit the whole guest to PCT percent of one CPU (cgroup CFS quota).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+        /// Limit the whole guest to PCT percent of one CPU (cgroup CFS quota: it runs until
+        /// its budget is spent, then waits for the next period).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "cpu_slices")]
         cpu_quota: Option<u32>,
-        /// The quota's period.
+        /// Deal the whole guest PCT percent of every period in one piece at a fixed phase, as
+        /// a hypervisor does a vCPU: the guest pinned to one CPU, where a real-time thread
+        /// of ours takes the rest (5 to 100).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(5..=100))]
+        cpu_slices: Option<u32>,
+        /// The CPU a sliced guest is pinned to (default: the last one).
+        #[arg(long, requires = "cpu_slices")]
+        slice_cpu: Option<usize>,
+        /// The quota's or the slices' period.
         #[arg(long, default_value = "10ms", value_parser = units::parse_duration)]
         cpu_period: Duration,
         /// Guest memory in MiB.
@@ -281,6 +290,18 @@ fn run_uml(spec: &uml::RunSpec) -> Result<i32, String> {
             q.stat.throttled_us / 1000
         );
     }
+    if let Some(s) = &record.cpu_slices {
+        eprintln!(
+            "sbm-testbed: cpu slices {}% of {} us on CPU {}: {} periods ({} late); the guest received {}",
+            s.slicer.share_pct,
+            s.slicer.period_us,
+            s.slicer.cpu,
+            s.slicer.periods,
+            s.slicer.late_periods,
+            s.received_share
+                .map_or("an unmeasured share".into(), |r| format!("{:.1} % of a CPU", r * 100.0))
+        );
+    }
     match record.guest_exit {
         Some(code) => Ok(code),
         None => Err(format!(
@@ -329,6 +350,8 @@ fn run(cli: Cli) -> Result<i32, String> {
             kernel,
             out,
             cpu_quota,
+            cpu_slices,
+            slice_cpu,
             cpu_period,
             mem,
             mtu,
@@ -344,11 +367,17 @@ fn run(cli: Cli) -> Result<i32, String> {
                 .map(|pct| uml::cgroup::Quota::new(pct, cpu_period))
                 .transpose()
                 .map_err(|e| e.to_string())?;
+            let last_cpu = std::thread::available_parallelism().map_or(1, usize::from) - 1;
+            let slices = cpu_slices
+                .map(|pct| uml::slices::Slices::new(pct, cpu_period, slice_cpu.unwrap_or(last_cpu)))
+                .transpose()
+                .map_err(|e| e.to_string())?;
             run_uml(&uml::RunSpec {
                 prefix: prefix.prefix,
                 kernel,
                 out_dir: out,
                 quota,
+                slices,
                 mem_mb: mem,
                 mtu,
                 sysctls,

@@ -463,6 +463,9 @@ impl<'a> Sender<'a> {
             bbr_min_rtt_us: bbr.map(|b| b.min_rtt_us),
             bbr_pacing_gain: bbr.map(|b| f64::from(b.pacing_gain) / 256.0),
             bbr_cwnd_gain: bbr.map(|b| f64::from(b.cwnd_gain) / 256.0),
+            bbr_mode: bbr.and_then(|b| b.mode()).map_or("", |m| m.name()),
+            bbr_bdp_bytes: bbr.map(|b| b.bdp_bytes()),
+            inflight_bytes: u64::from(info.unacked) * u64::from(info.snd_mss),
         };
         if let Some(tap) = &self.cfg.interval_tap {
             // One flow of several: the owner prints per-flow and SUM lines together.
@@ -705,7 +708,7 @@ pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
 /// [`run`] ended early by `signals` (one flow of several: a relay from the thread that
 /// owns the process's signals).
 pub fn run_with_stop(cfg: &SendConfig, signals: StopSource) -> Result<SendOutcome, SetupError> {
-    let out = Outputs::create(cfg.out_dir.as_deref())?;
+    let out = Outputs::create(cfg.out_dir.as_deref(), cfg.write_log)?;
     let (sock, mut options) = connect(cfg)?;
     // Trip times: the hello (boot id) goes first, before TX timestamps are enabled, so
     // that OPT_ID_TCP keys count measured bytes only.

@@ -274,6 +274,8 @@ pub(super) fn print_banner(
             "timestamps: SCHED+SND+ACK per write, keyed by byte offset ({})",
             if t.opt_id_tcp { "OPT_ID_TCP" } else { "OPT_ID" }
         ),
-        None => crate::say!("timestamps: off (--no-timestamps): sojourn is not measured"),
+        None => {
+            crate::say!("timestamps: off (--no-timestamps or --light): sojourn is not measured")
+        }
     }
 }

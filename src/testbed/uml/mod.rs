@@ -6,6 +6,7 @@
 
 pub mod build;
 pub mod cgroup;
+pub mod cpu_log;
 pub mod guest;
 pub mod slices;
 
@@ -19,7 +20,9 @@ use serde::Serialize;
 use super::cmd::{Cmd, CmdError};
 use super::wan;
 use cgroup::{CpuStat, GuestCgroup, Quota};
+use cpu_log::CpuLog;
 use guest::GuestSpec;
+use slices::{SliceError, SliceRecord, Slicer, Slices};
 
 /// The host end of the guest's link, in the snd namespace (one guest per bed).
 pub const TAP: &str = "sbmuml0";
@@ -34,6 +37,8 @@ pub enum UmlError {
     Build(#[from] build::BuildError),
     #[error(transparent)]
     Cgroup(#[from] cgroup::CgroupError),
+    #[error(transparent)]
+    Slices(#[from] SliceError),
     #[error("a guest is already running on bed '{0}' (one at a time: it owns {TAP} and {addr})", addr = guest::GUEST_ADDR)]
     Busy(String),
     #[error("{0}")]
@@ -62,6 +67,9 @@ pub struct RunSpec {
     pub kernel: PathBuf,
     pub out_dir: PathBuf,
     pub quota: Option<Quota>,
+    /// The other contention model: the guest pinned to one CPU and dealt a share of every
+    /// period there (slices.rs). Not together with `quota`.
+    pub slices: Option<Slices>,
     pub mem_mb: u32,
     pub mtu: u32,
     pub sysctls: Vec<(String, String)>,
@@ -82,6 +90,7 @@ pub struct RunRecord {
     pub sysctls: Vec<(String, String)>,
     pub command: Vec<String>,
     pub cpu_quota: Option<QuotaRecord>,
+    pub cpu_slices: Option<SlicesRecord>,
     /// The command's exit status inside the guest; None if the guest never reported one.
     pub guest_exit: Option<i32>,
     /// Why the host ended the guest, if it did.
@@ -100,6 +109,16 @@ pub struct QuotaRecord {
     pub stat: CpuStat,
     /// nr_throttled / nr_periods.
     pub throttled_share: Option<f64>,
+}
+
+/// What the CPU slices dealt and what the guest received (its cgroup's CPU time).
+#[derive(Debug, Clone, Serialize)]
+pub struct SlicesRecord {
+    #[serde(flatten)]
+    pub slicer: SliceRecord,
+    /// The guest's CPU time over its life, and that over its wall time.
+    pub usage_us: Option<u64>,
+    pub received_share: Option<f64>,
 }
 
 /// Connects the guest to the bed: a tap with the host address in snd, forwarding in snd,
@@ -150,6 +169,7 @@ fn spawn_guest(
     snd: &str,
     g: &GuestSpec,
     cg: Option<&GuestCgroup>,
+    pin_cpu: Option<usize>,
     console: &Path,
 ) -> Result<Child, UmlError> {
     let mut line = String::new();
@@ -161,7 +181,12 @@ fn spawn_guest(
             ));
         }
     }
-    line.push_str("exec ip netns exec ");
+    line.push_str("exec ");
+    if let Some(cpu) = pin_cpu {
+        // Every host process of the guest (they inherit it) on the sliced CPU.
+        line.push_str(&format!("taskset -c {cpu} "));
+    }
+    line.push_str("ip netns exec ");
     line.push_str(&guest::quote(snd));
     line.push(' ');
     line.push_str(&guest::quote(&g.kernel.to_string_lossy()));
@@ -232,8 +257,14 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
     let script = guest::init_script(&g);
     write_executable(&g.init_path, &script)?;
 
-    let cg = spec
-        .quota
+    // The guest's cgroup: the quota's limit, or with slices no limit (one CPU is all a UML
+    // guest can use) — there only to count what the guest received.
+    let cg_quota = match (spec.quota, spec.slices) {
+        (Some(q), _) => Some(q),
+        (None, Some(s)) => Some(Quota::new(100, s.period)?),
+        (None, None) => None,
+    };
+    let cg = cg_quota
         .map(|q| {
             GuestCgroup::create(
                 &format!("sbm-uml-{}-{}", spec.prefix, std::process::id()),
@@ -242,16 +273,63 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         })
         .transpose()?;
     attach(&names)?;
+    // Slicing starts before the guest does, so that it never runs unsliced; it ends (also
+    // on an error: Slicer's drop) once the guest is gone.
+    let slicer = match spec.slices.map(Slicer::start).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            detach(&names);
+            return Err(e.into());
+        }
+    };
     let started = Instant::now();
     let console = out_dir.join("guest-console.log");
-    let result = spawn_guest(&names.snd, &g, cg.as_ref(), &console)
-        .map(|mut child| supervise(&mut child, &out_dir, spec.timeout, should_stop));
+    let mut cpu_log = cg
+        .as_ref()
+        .map(|cg| CpuLog::new(cg, Duration::from_secs(1)));
+    let result = spawn_guest(
+        &names.snd,
+        &g,
+        cg.as_ref(),
+        spec.slices.map(|s| s.cpu),
+        &console,
+    )
+    .map(|mut child| {
+        supervise(&mut child, &out_dir, spec.timeout, should_stop, &mut || {
+            if let Some(log) = cpu_log.as_mut() {
+                log.tick(slicer.as_ref());
+            }
+        })
+    });
+    let slice_record = slicer.map(Slicer::stop);
     detach(&names);
     let _ = fs::remove_file(out_dir.join(guest::STOP_FILE));
     let stopped = result?;
     let wall_s = started.elapsed().as_secs_f64();
-    let cpu_quota = match &cg {
-        Some(cg) => Some(quota_record(cg)?),
+    if let Some(log) = &cpu_log {
+        let path = out_dir.join("guest-cpu.csv");
+        log.write(&path).map_err(|e| UmlError::Io {
+            path,
+            source: std::io::Error::other(e),
+        })?;
+    }
+    drop(cpu_log);
+    let cpu_quota = match (&cg, spec.quota) {
+        (Some(cg), Some(_)) => Some(quota_record(cg)?),
+        _ => None,
+    };
+    let cpu_slices = match slice_record {
+        Some(slicer) => {
+            let usage_us = match &cg {
+                Some(cg) => cg.stat()?.usage_us,
+                None => None,
+            };
+            Some(SlicesRecord {
+                slicer,
+                usage_us,
+                received_share: usage_us.map(|u| u as f64 / (wall_s * 1e6)),
+            })
+        }
         None => None,
     };
     drop(cg);
@@ -269,6 +347,7 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         sysctls: spec.sysctls.clone(),
         command: spec.command.clone(),
         cpu_quota,
+        cpu_slices,
         guest_exit,
         stopped,
         wall_s,
@@ -307,11 +386,13 @@ fn supervise(
     out_dir: &Path,
     timeout: Duration,
     should_stop: &mut dyn FnMut() -> bool,
+    tick: &mut dyn FnMut(),
 ) -> Option<String> {
     const GRACE: Duration = Duration::from_secs(30);
     let started = Instant::now();
     let mut asked: Option<(Instant, String)> = None;
     loop {
+        tick();
         if let Ok(Some(_)) = child.try_wait() {
             return asked.map(|(_, why)| why);
         }

@@ -9,7 +9,7 @@
 //! The host's RT throttling (by default 950 000 of every 1 000 000 µs for real-time
 //! threads) leaves normal threads at least 5 %, so shares below 5 % cannot be dealt.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -77,10 +77,13 @@ pub struct SliceRecord {
     pub late_periods: u64,
 }
 
-/// The running slicer; [`Slicer::stop`] ends it and says what it dealt.
+/// The running slicer; [`Slicer::stop`] ends it and says what it dealt. Dropped without
+/// `stop` (an error on the way), it still ends: a real-time busy loop must never outlive
+/// the run that started it.
 pub struct Slicer {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<SliceRecord>,
+    periods: Arc<AtomicU64>,
+    thread: Option<JoinHandle<SliceRecord>>,
 }
 
 impl Slicer {
@@ -88,8 +91,10 @@ impl Slicer {
     /// running) if the host refuses either.
     pub fn start(s: Slices) -> Result<Slicer, SliceError> {
         let stop = Arc::new(AtomicBool::new(false));
+        let periods = Arc::new(AtomicU64::new(0));
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let stop_flag = stop.clone();
+        let period_count = periods.clone();
         let thread = std::thread::Builder::new()
             .name(format!("sbm-slicer-cpu{}", s.cpu))
             .spawn(move || {
@@ -98,14 +103,18 @@ impl Slicer {
                     return SliceRecord::default();
                 }
                 let _ = ready_tx.send(Ok(()));
-                deal(s, &stop_flag)
+                deal(s, &stop_flag, &period_count)
             })
             .map_err(|e| SliceError::Start {
                 cpu: s.cpu,
                 reason: e.to_string(),
             })?;
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Slicer { stop, thread }),
+            Ok(Ok(())) => Ok(Slicer {
+                stop,
+                periods,
+                thread: Some(thread),
+            }),
             Ok(Err(reason)) => {
                 let _ = thread.join();
                 Err(SliceError::Start { cpu: s.cpu, reason })
@@ -117,9 +126,27 @@ impl Slicer {
         }
     }
 
-    pub fn stop(self) -> SliceRecord {
+    /// Periods dealt so far (each one an off-CPU slice for the guest).
+    pub fn periods(&self) -> u64 {
+        self.periods.load(Ordering::Relaxed)
+    }
+
+    pub fn stop(mut self) -> SliceRecord {
+        self.end()
+    }
+
+    fn end(&mut self) -> SliceRecord {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or_default()
+        self.thread
+            .take()
+            .map(|t| t.join().unwrap_or_default())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Slicer {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 
@@ -135,7 +162,7 @@ fn take_cpu(cpu: usize) -> Result<(), String> {
 
 /// The slicing loop: at each period's start, hold the CPU for `off`, then sleep until the
 /// next period's start. Deadlines are absolute, so the phase does not drift.
-fn deal(s: Slices, stop: &AtomicBool) -> SliceRecord {
+fn deal(s: Slices, stop: &AtomicBool, periods: &AtomicU64) -> SliceRecord {
     let off = s.off();
     let mut record = SliceRecord {
         share_pct: s.share_pct,
@@ -155,6 +182,7 @@ fn deal(s: Slices, stop: &AtomicBool) -> SliceRecord {
         }
         record.off_us_total += Instant::now().duration_since(began).as_micros() as u64;
         record.periods += 1;
+        periods.store(record.periods, Ordering::Relaxed);
         start += s.period;
         // Behind by more than a period (the host held us off): skip to the next one ahead
         // rather than dealing a burst of slices back to back.
