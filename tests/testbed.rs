@@ -80,7 +80,16 @@ fn idle_path_rtt_matches_the_request_and_both_directions_are_delayed() {
     let _g = serial();
     for (tag, rtt, want) in [("a", "172ms", 172.0), ("b", "40ms", 40.0)] {
         let bed = Bed::up(tag, &["--rtt", rtt, "--rate", "off"]);
-        let got = min_rtt_ms(&bed);
+        // The path's floor is the least RTT seen: a busy 2-core machine can hold one short
+        // transfer's every packet back a millisecond or two (seen once at 40 ms: 41.8), so up
+        // to three transfers are asked, and a delay line that is off stays off in all of them.
+        let mut got = f64::INFINITY;
+        for _ in 0..3 {
+            got = got.min(min_rtt_ms(&bed));
+            if (got - want).abs() <= want * 0.02 {
+                break;
+            }
+        }
         assert!(
             (got - want).abs() <= want * 0.02,
             "min_rtt {got} ms for --rtt {rtt}"

@@ -77,6 +77,10 @@ pub struct RateChange {
     pub rate_bps: Option<u64>,
     /// The queue in bytes as installed (None: the change failed, or no shaping).
     pub queue_bytes: Option<u64>,
+    /// When `set` was started, CLOCK_REALTIME ns: the change took effect between this and
+    /// `applied_unix_ns` (absent, 0, in records from before it was kept).
+    #[serde(default)]
+    pub started_unix_ns: u64,
     /// When `set` returned (the change in place), CLOCK_REALTIME ns and seconds after the
     /// sender connected.
     pub applied_unix_ns: u64,
@@ -115,6 +119,7 @@ pub fn wait_for_connect(
 
 /// Applies one step now; `origin` is when the sender connected.
 pub fn apply(prefix: &str, step: &ScheduledRate, origin: Instant) -> RateChange {
+    let started_unix_ns = crate::clock::realtime_ns();
     let result = wan::set(prefix, step.rate_bps, step.queue);
     let applied_unix_ns = crate::clock::realtime_ns();
     let applied_s = origin.elapsed().as_secs_f64();
@@ -129,6 +134,7 @@ pub fn apply(prefix: &str, step: &ScheduledRate, origin: Instant) -> RateChange 
                 }
                 .limit_bytes()
             }),
+            started_unix_ns,
             applied_unix_ns,
             applied_s,
             error: None,
@@ -137,6 +143,7 @@ pub fn apply(prefix: &str, step: &ScheduledRate, origin: Instant) -> RateChange 
             at_s: step.at.as_secs_f64(),
             rate_bps: step.rate_bps,
             queue_bytes: None,
+            started_unix_ns,
             applied_unix_ns,
             applied_s,
             error: Some(e.to_string()),
