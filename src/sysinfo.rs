@@ -16,6 +16,10 @@ pub const RELEVANT_SYSCTLS: &[&str] = &[
     "net/ipv4/tcp_limit_output_bytes",
     "net/ipv4/tcp_slow_start_after_idle",
     "net/ipv4/tcp_no_metrics_save",
+    // sbm's lab kernel (kernel/patches): absent elsewhere, and then not recorded.
+    "net/ipv4/tcp_replenish_submss",
+    "net/ipv4/tcp_replenish_estimator",
+    "net/ipv4/tcp_bbr_inflight_gain",
 ];
 
 /// Reads one sysctl by its /proc/sys path, trimmed; None if the kernel has no such key.

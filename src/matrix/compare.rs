@@ -52,7 +52,7 @@ pub fn identity(spec: &MatrixSpec, c: &Cell) -> String {
         "rate={:?} rtt={} queue={} schedule=[{}] write={} nodelay={} cc={} kernel={}{guest} quota={:?}{slices} time={:?}/{:?} args={:?} sink={:?}",
         c.rate_bps,
         spec.path.rtt,
-        spec.path.queue,
+        spec.queue_for(&c.rate),
         schedule.join(","),
         c.write_size,
         c.nodelay,

@@ -89,7 +89,15 @@ pub struct SummaryRow {
     pub writes: Option<u64>,
     pub short_writes: Option<u64>,
     pub retransmits: Option<u64>,
+    /// Retransmitted segments per segment acknowledged over the whole run
+    /// (retransmits × MSS ÷ bytes acknowledged).
+    pub retransmit_share: Option<f64>,
     pub min_rtt_us: Option<u64>,
+    /// The median smoothed RTT over the intervals after the warm-up, and its ratio to the
+    /// least RTT the connection saw: how far the bottleneck queue (and the sender's own
+    /// queueing below TCP) inflated the round trip.
+    pub srtt_p50_us: Option<u64>,
+    pub rtt_inflation: Option<f64>,
     /// Writes per smoothed RTT, the median of the intervals after the warm-up.
     pub writes_per_rtt: Option<f64>,
     pub advance_p50_us: Option<u64>,
@@ -144,6 +152,8 @@ pub struct CellFiles {
     pub uml: Option<Value>,
     /// The median over intervals.csv's rows after the warm-up of writes per smoothed RTT.
     pub writes_per_rtt: Option<f64>,
+    /// The median over intervals.csv's rows after the warm-up of the smoothed RTT, µs.
+    pub srtt_p50_us: Option<f64>,
     /// Cells with rate changes and frames: the content age's return to its floor.
     pub recovery: Option<super::recovery::Recovery>,
     /// Cells of several flows: sbm-send's flows.json.
@@ -163,6 +173,7 @@ impl CellFiles {
             summary: json("summary.json").and_then(|v| serde_json::from_value(v).ok()),
             uml: json("uml.json"),
             writes_per_rtt: median_after_warmup(dir, "writes_per_rtt"),
+            srtt_p50_us: median_after_warmup(dir, "srtt_us"),
             recovery: super::recovery::of_cell(dir),
             flows: json("flows.json").and_then(|v| serde_json::from_value(v).ok()),
             bbr_mode_shares: bbr_mode_shares(dir),
@@ -233,7 +244,17 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         retransmits: s
             .map(|s| u64::from(s.totals.retransmits))
             .or(flows.map(|f| f.sum.retransmits)),
+        retransmit_share: s.and_then(|s| {
+            (s.totals.bytes_acked > 0 && s.mss > 0).then(|| {
+                f64::from(s.totals.retransmits) * f64::from(s.mss) / s.totals.bytes_acked as f64
+            })
+        }),
         min_rtt_us: s.and_then(|s| s.min_rtt_us.map(u64::from)),
+        srtt_p50_us: files.srtt_p50_us.map(|v| v.round() as u64),
+        rtt_inflation: files
+            .srtt_p50_us
+            .zip(s.and_then(|s| s.min_rtt_us))
+            .and_then(|(srtt, min)| (min > 0).then(|| srtt / f64::from(min))),
         writes_per_rtt: files.writes_per_rtt,
         advance_p50_us: p(|s| &s.advance_notice, |p| p.p50_us),
         invited_after_dry: s.map(|s| s.invited_after_dry),
@@ -500,12 +521,12 @@ pub fn notes_md(spec: &MatrixSpec, rows: &[SummaryRow], groups: &[Group<'_>]) ->
 /// The path as installed: RTT, and per rate the bottleneck queue in bytes and in time
 /// at the rate, saying where the queue asked for was raised to the floor.
 fn path_md(spec: &MatrixSpec) -> String {
-    let Ok(queue) = crate::units::parse_duration(&spec.path.queue) else {
-        return String::new();
-    };
     let mut parts = vec![];
     for rate in &spec.axes.rate {
         let Ok(Some(rate_bps)) = super::spec::parse_rate(spec.start_rate(rate)) else {
+            continue;
+        };
+        let Ok(queue) = crate::units::parse_duration(spec.queue_for(rate)) else {
             continue;
         };
         let b = crate::testbed::plan::Bottleneck { rate_bps, queue };
@@ -516,7 +537,7 @@ fn path_md(spec: &MatrixSpec) -> String {
                 rate_header(rate),
                 b.limit_bytes(),
                 fmt_delay(drain),
-                spec.path.queue
+                spec.queue_for(rate)
             )
         } else {
             format!(
@@ -1209,7 +1230,10 @@ mod tests {
             writes: None,
             short_writes: None,
             retransmits: None,
+            retransmit_share: None,
             min_rtt_us: None,
+            srtt_p50_us: None,
+            rtt_inflation: None,
             writes_per_rtt: None,
             advance_p50_us: None,
             invited_after_dry: None,

@@ -410,8 +410,7 @@ fn run_cell(
     let _ = std::fs::create_dir_all(dir);
     let names = wan::Names::new(prefix);
     let bins = bin_dir();
-    let queue =
-        crate::units::parse_duration(&spec.path.queue).unwrap_or(Duration::from_millis(200));
+    let queue = cell.queue;
     if let Some(state) = wan::load_state(prefix) {
         if state.rate_bps != cell.rate_bps || state.queue_us != queue.as_micros() as u64 {
             if let Err(e) = wan::set(prefix, cell.rate_bps, Some(queue)) {
@@ -696,8 +695,11 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
         rtt: crate::units::parse_duration_or_zero(&spec.path.rtt)
             .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.rtt: {e}"))))?,
         rate_bps: todo.first().and_then(|c| c.rate_bps),
-        queue: crate::units::parse_duration(&spec.path.queue)
-            .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.queue: {e}"))))?,
+        queue: match todo.first() {
+            Some(c) => c.queue,
+            None => crate::units::parse_duration(&spec.path.queue)
+                .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.queue: {e}"))))?,
+        },
         shape_at: spec.path.shape_at().map_err(MatrixError::Cells)?,
         delay_impl: spec.path.delay_impl().map_err(MatrixError::Cells)?,
         owner: std::process::id(),

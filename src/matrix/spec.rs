@@ -133,6 +133,9 @@ pub struct RateOverride {
     /// The bottleneck rate this column starts at, when the column's name is not a rate
     /// (e.g. `rate = ["2mbit-dip"]` with `rate = "2mbit"` here).
     pub rate: Option<String>,
+    /// This column's bottleneck queue (in time, as `path.queue`), e.g. a shallow and a deep
+    /// buffer as two columns of one rate.
+    pub queue: Option<String>,
     /// Changes of the bottleneck during each cell, after the sender connected.
     pub schedule: Vec<super::schedule::RateStep>,
 }
@@ -261,6 +264,8 @@ pub struct Cell {
     pub args: Vec<String>,
     /// sbm-sink arguments beyond address and output.
     pub sink_args: Vec<String>,
+    /// The bottleneck queue, in time at the rate (`path.queue` or the column's own).
+    pub queue: Duration,
     /// Bottleneck changes during the cell.
     pub schedule: Vec<super::schedule::ScheduledRate>,
 }
@@ -466,6 +471,7 @@ impl MatrixSpec {
                 ("duration", &o.duration),
                 ("warmup", &o.warmup),
                 ("drain_timeout", &o.drain_timeout),
+                ("queue", &o.queue),
             ] {
                 if let Some(v) = v {
                     dur(what, v)?;
@@ -476,6 +482,15 @@ impl MatrixSpec {
             dur("drain_timeout", d)?;
         }
         Ok(())
+    }
+
+    /// The bottleneck queue of a rate column: its `[rates]` entry's `queue`, else
+    /// `path.queue`.
+    pub fn queue_for<'a>(&'a self, column: &str) -> &'a str {
+        self.rates
+            .get(column)
+            .and_then(|o| o.queue.as_deref())
+            .unwrap_or(&self.path.queue)
     }
 
     /// The bottleneck rate a rate column starts at: its `[rates]` entry's `rate`, else the
@@ -632,6 +647,7 @@ impl MatrixSpec {
             drain_timeout,
             args,
             sink_args: spec.sink_args.clone(),
+            queue: dur("queue", self.queue_for(k.rate))?,
             schedule: super::schedule::parse(
                 &format!("rates.\"{}\"", k.rate),
                 &over.schedule,
@@ -790,6 +806,29 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_column_may_bring_its_own_queue() {
+        let m = MatrixSpec::parse(
+            "[path]\nqueue = \"20ms\"\n[axes]\nrate = [\"100mbit\", \"100mbit-shallow\"]\n\
+             [rates.\"100mbit-shallow\"]\nrate = \"100mbit\"\nqueue = \"5ms\"\n",
+        )
+        .unwrap();
+        let cells = m.cells().unwrap();
+        let queues: Vec<(&str, u64, Option<u64>)> = cells
+            .iter()
+            .map(|c| (c.rate.as_str(), c.queue.as_millis() as u64, c.rate_bps))
+            .collect();
+        assert_eq!(
+            queues,
+            [
+                ("100mbit", 20, Some(100_000_000)),
+                ("100mbit-shallow", 5, Some(100_000_000))
+            ]
+        );
+        assert_eq!(m.queue_for("100mbit-shallow"), "5ms");
+        assert_eq!(m.queue_for("100mbit"), "20ms");
+    }
+
+    #[test]
     fn mistakes_are_reported() {
         for (text, want) in [
             ("[axes]\nrate = [\"2mbyte\"]", "axes.rate"),
@@ -822,6 +861,10 @@ mod tests {
             (
                 "[configs.x]\nguest_sysctls = [\"nonsense\"]\n[axes]\nconfig = [\"x\"]",
                 "NAME=VALUE",
+            ),
+            (
+                "[axes]\nrate = [\"s\"]\n[rates.s]\nrate = \"2mbit\"\nqueue = \"deep\"",
+                "queue",
             ),
         ] {
             let err = MatrixSpec::parse(text)
