@@ -282,6 +282,16 @@ fn read_sysctl(path: &str) -> String {
         .to_string()
 }
 
+/// A lab kernel's switch (kernel/patches 0003, 0004): 0 by default, and `first_bad`, the
+/// first value above its range, refused.
+fn lab_switch_is_off_and_bounded(path: &str, first_bad: &str) {
+    assert_eq!(read_sysctl(path), "0", "{path} defaults to 0");
+    assert!(
+        std::fs::write(path, first_bad).is_err(),
+        "{path}: {first_bad} must be rejected"
+    );
+}
+
 fn set_sysctl(path: &str, v: &str) {
     std::fs::write(path, v).unwrap_or_else(|e| panic!("{path}: {e}"));
 }
@@ -319,15 +329,7 @@ fn pollout(s: &Socket) -> bool {
 /// been processed under it (loopback: sRTT is tens of µs, so the windows of the byte and
 /// average estimators close within the exchange).
 fn estimator_switch_claims(listener: &Socket, optname: i32, info_optname: i32) {
-    assert_eq!(
-        read_sysctl(ESTIMATOR_PATH),
-        "0",
-        "the estimator switch defaults to 0"
-    );
-    assert!(
-        std::fs::write(ESTIMATOR_PATH, "4").is_err(),
-        "estimator 4 must be rejected"
-    );
+    lab_switch_is_off_and_bounded(ESTIMATOR_PATH, "4");
     let (c, a) = loopback_pair(listener);
     a.set_nonblocking(true).unwrap();
     sbm::sys::set_int(c.as_fd(), libc::IPPROTO_TCP, optname, 15_000).unwrap();
@@ -1352,15 +1354,7 @@ fn bbr_run(mode: &str, what: &str, socket: Socket) -> AppLimitedBbr {
 /// a write still in flight at an ACK (the 172 ms path, the window held below the BDP by the
 /// sink's buffer so that nothing is lost) it boosts like 2.
 fn guest_side_bbr_switch_claims(window_limited_sink: &str) {
-    assert_eq!(
-        read_sysctl(BBR_INFLIGHT_GAIN_PATH),
-        "0",
-        "the switch is off by default"
-    );
-    assert!(
-        std::fs::write(BBR_INFLIGHT_GAIN_PATH, "3").is_err(),
-        "only 0, 1 and 2 are accepted"
-    );
+    lab_switch_is_off_and_bounded(BBR_INFLIGHT_GAIN_PATH, "3");
     let off = bbr_run("0", "loopback", loopback_discarding());
     assert!(
         off.gains.iter().all(|&g| g <= 320),
