@@ -965,14 +965,13 @@ fn voluntary_switches() -> u64 {
 }
 
 fn connect_to_sink() -> Socket {
+    connect_to("198.18.2.1:5301")
+}
+
+fn connect_to(addr: &str) -> Socket {
     let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    s.connect(
-        &"198.18.2.1:5301"
-            .parse::<std::net::SocketAddr>()
-            .unwrap()
-            .into(),
-    )
-    .unwrap();
+    s.connect(&addr.parse::<std::net::SocketAddr>().unwrap().into())
+        .unwrap();
     s
 }
 
@@ -1226,9 +1225,9 @@ const BBR_INFLIGHT_GAIN_PATH: &str = "/proc/sys/net/ipv4/tcp_bbr_inflight_gain";
 const BBR_HIGH_GAIN: u32 = 739;
 
 fn bbr_state(s: &Socket) -> sbm::tcpinfo::BbrInfo {
-    let mut buf = [0u8; 64];
-    let n = sbm::sys::get_bytes(s.as_fd(), libc::IPPROTO_TCP, libc::TCP_CC_INFO, &mut buf).unwrap();
-    sbm::tcpinfo::BbrInfo::parse(&buf[..n]).expect("TCP_CC_INFO returns struct tcp_bbr_info")
+    sbm::sys::bbr_info(s.as_fd())
+        .unwrap()
+        .expect("TCP_CC_INFO returns struct tcp_bbr_info")
 }
 
 /// A loopback connection in the guest whose receiver discards everything (thread ends at EOF).
@@ -1370,18 +1369,11 @@ fn guest_side_bbr_switch_claims(window_limited_sink: &str) {
         "nothing in flight, the SYN counted as acked: {posted:?}"
     );
     assert_eq!(high_gain_share(&posted), 0.0, "{posted:?}");
-    let connect = || {
-        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-        s.connect(
-            &window_limited_sink
-                .parse::<std::net::SocketAddr>()
-                .unwrap()
-                .into(),
-        )
-        .unwrap();
-        s
-    };
-    let posted_path = bbr_run("1", "2 Mb/s path, window below the BDP", connect());
+    let posted_path = bbr_run(
+        "1",
+        "2 Mb/s path, window below the BDP",
+        connect_to(window_limited_sink),
+    );
     assert_eq!(posted_path.bytes_retrans, 0, "{posted_path:?}");
     // An ACK that leaves a write in flight boosts, one that acknowledges everything wraps
     // (63 % of the reads here when this was written; loopback, where every ACK acknowledges

@@ -410,10 +410,9 @@ fn run_cell(
     let _ = std::fs::create_dir_all(dir);
     let names = wan::Names::new(prefix);
     let bins = bin_dir();
-    let queue = cell.queue;
     if let Some(state) = wan::load_state(prefix) {
-        if state.rate_bps != cell.rate_bps || state.queue_us != queue.as_micros() as u64 {
-            if let Err(e) = wan::set(prefix, cell.rate_bps, Some(queue)) {
+        if state.rate_bps != cell.rate_bps || state.queue_us != cell.queue.as_micros() as u64 {
+            if let Err(e) = wan::set(prefix, cell.rate_bps, Some(cell.queue)) {
                 st.error = Some(format!("setting the bottleneck: {e}"));
                 st.ended_unix_s = now_unix_s();
                 return (st, false);

@@ -13,7 +13,9 @@ pub use alloc::CountingAlloc;
 
 pub use errqueue::{recv_errqueue, ErrqueueRecv};
 pub use sched::set_fifo;
-pub use sockopt::{get_bytes, get_int, get_string, outq_notsent, set_int, set_string, tcp_info};
+pub use sockopt::{
+    bbr_info, get_bytes, get_int, get_string, outq_notsent, set_int, set_string, tcp_info,
+};
 
 use std::io;
 

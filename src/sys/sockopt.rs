@@ -3,7 +3,7 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use super::SysError;
-use crate::tcpinfo::TcpInfo;
+use crate::tcpinfo::{BbrInfo, TcpInfo};
 
 fn optname(level: i32, name: i32) -> String {
     format!("level={level}, optname={name}")
@@ -121,6 +121,14 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> Result<TcpInfo, SysError> {
         what: "TCP_INFO".into(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })
+}
+
+/// `getsockopt(TCP_CC_INFO)` read as BBR's `struct tcp_bbr_info`: None when the kernel
+/// answered with something shorter (another congestion control's struct, or nothing).
+pub fn bbr_info(fd: BorrowedFd<'_>) -> Result<Option<BbrInfo>, SysError> {
+    let mut buf = [0u8; 64];
+    let len = get_bytes(fd, libc::IPPROTO_TCP, libc::TCP_CC_INFO, &mut buf)?;
+    Ok(BbrInfo::parse(&buf[..len]))
 }
 
 /// `SIOCOUTQNSD` (include/uapi/linux/sockios.h): bytes written but not yet sent.

@@ -317,15 +317,7 @@ impl<'a> Sender<'a> {
         if cc != "bbr" {
             return None;
         }
-        let mut buf = [0u8; 64];
-        let n = sys::get_bytes(
-            self.sock.as_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CC_INFO,
-            &mut buf,
-        )
-        .ok()?;
-        crate::tcpinfo::BbrInfo::parse(&buf[..n])
+        sys::bbr_info(self.sock.as_fd()).ok().flatten()
     }
 
     fn writing_limit_reached(&self, now: Duration) -> Option<&'static str> {
