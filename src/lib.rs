@@ -26,10 +26,13 @@
 //! - [`sys`]: the only unsafe code: raw syscalls.
 //! - [`delay`]: sbm-delay, the test bed's NFQUEUE delay line.
 //! - [`testbed`]: sbm-testbed, the emulated WAN path and real-host shaping.
+//! - [`remote`]: other machines over OpenSSH (one master connection per host) and sbm's
+//!   binaries put there.
 //! - [`matrix`]: sbm-matrix — `matrix::spec` the matrix file and its cells (the model),
 //!   `matrix::run` running them (typed `MatrixError`), `matrix::report` summary.csv,
 //!   table.md and plots as functions of the cells' stored results, `matrix::svg` the plots,
-//!   `matrix::schedule` bottleneck changes during a cell, `matrix::recovery` the content
+//!   `matrix::schedule` bottleneck changes during a cell, `matrix::hosts` the cells on real
+//!   hosts over ssh (pairs, shaping held per cell, outputs brought back), `matrix::recovery` the content
 //!   age's return to its floor after them.
 //! - [`embedded`]: the presets and kernel inputs built into the binaries (build.rs), for
 //!   installs without the source tree; [`docs`]: man pages and shell completions.
@@ -43,6 +46,7 @@ pub mod docs;
 pub mod embedded;
 pub mod matrix;
 pub mod ne;
+pub mod remote;
 pub mod replenish;
 pub mod report;
 pub mod send;

@@ -185,6 +185,76 @@ fn ingress_shaping_through_ifb_reaches_the_bottleneck_rate() {
     assert!(htb["packets"].as_u64().unwrap() > 1000, "{htb}");
 }
 
+#[test]
+fn a_policer_drops_what_exceeds_its_rate_and_set_turns_it_back_into_a_shaper() {
+    let _g = serial();
+    let bed = Bed::up(
+        "pol",
+        &[
+            "--rtt",
+            "40ms",
+            "--rate",
+            "10mbit",
+            "--queue",
+            "20ms",
+            "--bottleneck",
+            "policer",
+        ],
+    );
+    let st = bed.status();
+    assert_eq!(st["bottleneck"], "policer", "{st}");
+    assert_eq!(st["policer_bucket_bytes"], 25_000);
+    let how = st["policer_impl"].as_str().unwrap().to_string();
+    // Nothing shapes on wr: the policer is the only limit.
+    let wr = bed.tc("wan", &["qdisc", "show", "dev", "wr"]);
+    assert!(!wr.contains("htb"), "{wr}");
+    let s = bed.transfer(&["-t", "12s", "--warmup", "3s", "--cc", "cubic"]);
+    let share = share_of_bottleneck(&s, 10e6);
+    assert!(
+        (0.2..=1.02).contains(&share),
+        "through a 10 Mb/s policer: {share:.3} of the payload rate"
+    );
+    let dropped = if how == "tbf" {
+        let q = bed.status()["qdisc"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["kind"] == "tbf")
+            .cloned()
+            .expect("tbf on ifbp0");
+        q["drops"].as_u64().unwrap()
+    } else {
+        assert_eq!(how, "police");
+        let f = bed.tc("wan", &["-s", "filter", "show", "dev", "ws", "ingress"]);
+        f.split("dropped ")
+            .nth(1)
+            .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no police counters: {f}"))
+    };
+    assert!(dropped > 0, "the policer dropped nothing ({how})");
+    assert!(
+        s["totals"]["retransmits"].as_u64().unwrap_or(0) > 0,
+        "the sender retransmitted what the policer dropped: {}",
+        s["totals"]
+    );
+
+    bed.set(&["--rate", "10mbit", "--bottleneck", "shaper"]);
+    assert_eq!(
+        bed.installed_bottleneck("wan", "wr"),
+        (10_000_000, "bfifo".into(), 25_000)
+    );
+    let links = run_program(
+        "ip",
+        &["-n", &bed.ns("wan"), "-o", "link", "show"],
+        Duration::from_secs(10),
+    );
+    assert!(!links.stdout.contains("ifbp0"), "{}", links.stdout);
+    let ingress = bed.tc("wan", &["qdisc", "show", "dev", "ws"]);
+    assert!(!ingress.contains("ingress"), "{ingress}");
+    assert_eq!(bed.status()["bottleneck"], "shaper");
+}
+
 /// One 86 Mb/s transfer through a fresh delay line: lossless, at the rate; returns the
 /// forward direction's p99 late release (µs) from its final statistics.
 fn fast_transfer_p99_late_us(tag: &str) -> u64 {

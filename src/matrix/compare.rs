@@ -43,15 +43,20 @@ pub fn identity(spec: &MatrixSpec, c: &Cell) -> String {
     let slices = c
         .cpu_slices
         .map_or(String::new(), |s| format!(" slices={s}"));
+    let policer = if c.bottleneck == crate::testbed::wan::BottleneckKind::Policer {
+        " policer"
+    } else {
+        ""
+    };
     let guest = if c.sender_kernel == "uml" {
         format!(" mtu={} sysctls={:?}", spec.uml.mtu, c.guest_sysctls)
     } else {
         String::new()
     };
     format!(
-        "rate={:?} rtt={} queue={} schedule=[{}] write={} nodelay={} cc={} kernel={}{guest} quota={:?}{slices} time={:?}/{:?} args={:?} sink={:?}",
+        "rate={:?}{policer} rtt={} queue={} schedule=[{}] write={} nodelay={} cc={} kernel={}{guest} quota={:?}{slices} time={:?}/{:?} args={:?} sink={:?}",
         c.rate_bps,
-        spec.path.rtt,
+        spec.path.rtt_label(),
         spec.queue_for(&c.rate),
         schedule.join(","),
         c.write_size,

@@ -4,6 +4,7 @@
 pub mod aggregate;
 pub mod cell_series;
 pub mod compare;
+pub mod hosts;
 pub mod html;
 pub mod recovery;
 pub mod report;

@@ -49,6 +49,9 @@ pub struct CellStatus {
     pub sink_exit: Option<i32>,
     pub started_unix_s: u64,
     pub ended_unix_s: u64,
+    /// On real hosts: the sender/receiver pair that ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<String>,
 }
 
 /// summary.csv: one row per cell.
@@ -531,7 +534,15 @@ fn path_md(spec: &MatrixSpec) -> String {
         };
         let b = crate::testbed::plan::Bottleneck { rate_bps, queue };
         let drain = b.drain_time().as_micros() as u64;
-        parts.push(if b.raised_to_floor() {
+        let policer = spec.rates.get(rate).and_then(|o| o.bottleneck.as_deref()) == Some("policer");
+        parts.push(if policer {
+            format!(
+                "{} a policer, bucket {} B ({} at the rate), nothing queued (meta.json's testbed_before.policer_impl: `police`, tc's police action, or `tbf`, a token bucket with a one-packet queue where the kernel lacks act_police)",
+                rate_header(rate),
+                b.bucket_bytes(),
+                spec.queue_for(rate)
+            )
+        } else if b.raised_to_floor() {
             format!(
                 "{} {} B ({} at the rate: the {} asked for is under four full packets, the floor)",
                 rate_header(rate),
@@ -551,9 +562,13 @@ fn path_md(spec: &MatrixSpec) -> String {
     if parts.is_empty() {
         return String::new();
     }
+    let rtt = if spec.path.is_hosts() {
+        "real hosts, RTT measured before each cell (meta.json hosts.rtt_before)".to_string()
+    } else {
+        format!("RTT {}", spec.path.rtt)
+    };
     format!(
-        "\nPath: RTT {}, bottleneck queue as installed: {}.\n",
-        spec.path.rtt,
+        "\nPath: {rtt}, bottleneck queue as installed: {}.\n",
         parts.join("; ")
     )
 }

@@ -130,12 +130,12 @@ pub fn estimate(spec: &MatrixSpec, cell: &Cell) -> Duration {
         + Duration::from_secs(3)
 }
 
-fn fmt_dur(d: Duration) -> String {
+pub(super) fn fmt_dur(d: Duration) -> String {
     let s = d.as_secs();
     format!("{}:{:02}", s / 60, s % 60)
 }
 
-fn bin_dir() -> PathBuf {
+pub(super) fn bin_dir() -> PathBuf {
     std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
@@ -204,9 +204,10 @@ fn stop_child(child: &mut Child, sig: Signal, grace: Duration) -> Option<ExitSta
 
 /// meta.json of a cell.
 #[derive(Serialize)]
-struct Meta {
+pub(super) struct Meta {
     sbm_version: &'static str,
     git_commit: String,
+    /// The machine sbm-matrix ran on (on real hosts, `hosts` describes both ends).
     kernel_release: String,
     sysctls: std::collections::BTreeMap<String, String>,
     cell: String,
@@ -232,6 +233,47 @@ struct Meta {
     schedule_origin_unix_ns: Option<u64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     rate_changes: Vec<schedule::RateChange>,
+    /// On real hosts: the pair, both ends before and after, clocks, the path's RTT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) hosts: Option<serde_json::Value>,
+}
+
+impl Meta {
+    /// A cell's meta.json with what every path records.
+    pub(super) fn new(cell: &Cell, sink_command: Vec<String>, send_command: Vec<String>) -> Meta {
+        Meta {
+            sbm_version: env!("CARGO_PKG_VERSION"),
+            git_commit: git_commit(),
+            kernel_release: sysinfo::kernel_release(),
+            sysctls: sysinfo::relevant_sysctls(),
+            cell: cell.name.clone(),
+            rate: cell.rate.clone(),
+            config: cell.config.clone(),
+            label: cell.label.clone(),
+            write_size: cell.write_size.clone(),
+            nodelay: cell.nodelay,
+            cc: cell.cc.clone(),
+            sender_kernel: cell.sender_kernel.clone(),
+            cpu_quota: cell.cpu_quota,
+            cpu_slices: cell.cpu_slices,
+            guest_sysctls: cell.guest_sysctls.clone(),
+            repetition: cell.repetition,
+            sink_command,
+            send_command,
+            testbed_before: serde_json::Value::Null,
+            testbed_after: serde_json::Value::Null,
+            schedule_origin_unix_ns: None,
+            rate_changes: vec![],
+            hosts: None,
+        }
+    }
+
+    pub(super) fn write(&self, dir: &Path) {
+        let _ = std::fs::write(
+            dir.join("meta.json"),
+            serde_json::to_string_pretty(self).unwrap_or_default() + "\n",
+        );
+    }
 }
 
 /// How long a sender may take to connect before its cell's schedule is abandoned (a UML
@@ -329,11 +371,17 @@ fn sender_command(
     cmd
 }
 
-/// sbm-send's arguments for `cell` (without the program), writing into `dir`.
-fn send_args(spec: &MatrixSpec, cell: &Cell, dir: &Path) -> Vec<String> {
+/// Where the emulated path's sink listens.
+fn emulated_sink() -> String {
+    format!("{}:{SINK_PORT}", wan::RCV_ADDR)
+}
+
+/// sbm-send's arguments for `cell` (without the program), connecting to `sink` and
+/// writing into `out`.
+pub(super) fn send_args(spec: &MatrixSpec, cell: &Cell, out: &str, sink: &str) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "--connect".into(),
-        format!("{}:{SINK_PORT}", wan::RCV_ADDR),
+        sink.into(),
         "-t".into(),
         format!("{}ms", cell.duration.as_millis()),
         "--warmup".into(),
@@ -341,7 +389,7 @@ fn send_args(spec: &MatrixSpec, cell: &Cell, dir: &Path) -> Vec<String> {
         "-i".into(),
         spec.interval.clone(),
         "--out".into(),
-        dir.to_string_lossy().into_owned(),
+        out.into(),
         "--label".into(),
         cell.label.clone(),
         "-l".into(),
@@ -361,10 +409,10 @@ fn send_args(spec: &MatrixSpec, cell: &Cell, dir: &Path) -> Vec<String> {
 
 /// How many connections the cell's sbm-send opens (`-P N`; 1 if its arguments do not parse,
 /// which check_send_args has reported before any cell runs).
-fn send_flows(spec: &MatrixSpec, cell: &Cell) -> u16 {
+pub(super) fn send_flows(spec: &MatrixSpec, cell: &Cell) -> u16 {
     use clap::Parser as _;
     let mut argv = vec!["sbm-send".to_string()];
-    argv.extend(send_args(spec, cell, Path::new("OUT")));
+    argv.extend(send_args(spec, cell, "OUT", &emulated_sink()));
     crate::send::cli::SendArgs::try_parse_from(&argv).map_or(1, |a| a.parallel)
 }
 
@@ -375,7 +423,7 @@ pub fn check_send_args(spec: &MatrixSpec, cells: &[Cell]) -> Result<(), MatrixEr
     use clap::Parser as _;
     for cell in cells {
         let mut argv = vec!["sbm-send".to_string()];
-        argv.extend(send_args(spec, cell, Path::new("OUT")));
+        argv.extend(send_args(spec, cell, "OUT", &emulated_sink()));
         let parsed = crate::send::cli::SendArgs::try_parse_from(&argv)
             .map_err(|e| crate::cli::one_line("sbm-send", &e.render().to_string()));
         if let Err(reason) = parsed.and_then(|a| a.check().map(drop)) {
@@ -406,13 +454,22 @@ fn run_cell(
         sink_exit: None,
         started_unix_s: started,
         ended_unix_s: started,
+        pair: None,
     };
     let _ = std::fs::create_dir_all(dir);
     let names = wan::Names::new(prefix);
     let bins = bin_dir();
     if let Some(state) = wan::load_state(prefix) {
-        if state.rate_bps != cell.rate_bps || state.queue_us != cell.queue.as_micros() as u64 {
-            if let Err(e) = wan::set(prefix, cell.rate_bps, Some(cell.queue)) {
+        if state.rate_bps != cell.rate_bps
+            || state.queue_us != cell.queue.as_micros() as u64
+            || state.bottleneck != cell.bottleneck
+        {
+            if let Err(e) = wan::set(
+                prefix,
+                cell.rate_bps,
+                Some(cell.queue),
+                Some(cell.bottleneck),
+            ) {
                 st.error = Some(format!("setting the bottleneck: {e}"));
                 st.ended_unix_s = now_unix_s();
                 return (st, false);
@@ -427,7 +484,7 @@ fn run_cell(
         names.rcv.clone(),
         bins.join("sbm-sink").to_string_lossy().into_owned(),
         "--listen".into(),
-        format!("{}:{SINK_PORT}", wan::RCV_ADDR),
+        emulated_sink(),
         // The sink ends with the sender's connections: one, or each of `-P N` flows.
         "--conns".into(),
         send_flows(spec, cell).to_string(),
@@ -437,7 +494,12 @@ fn run_cell(
     ];
     sink_cmd.extend(cell.sink_args.iter().cloned());
     let mut send_cmd = vec![bins.join("sbm-send").to_string_lossy().into_owned()];
-    send_cmd.extend(send_args(spec, cell, dir));
+    send_cmd.extend(send_args(
+        spec,
+        cell,
+        &dir.to_string_lossy(),
+        &emulated_sink(),
+    ));
     let send_cmd = sender_command(spec, prefix, cell, dir, kernel, send_cmd);
 
     let sink_log = dir.join("sink.log");
@@ -542,34 +604,12 @@ fn run_cell(
         Waited::TimedOut => stop_child(&mut sink, Signal::SIGTERM, Duration::from_secs(5)),
     };
     st.sink_exit = sink_status.and_then(|s| s.code());
-    let meta = Meta {
-        sbm_version: env!("CARGO_PKG_VERSION"),
-        git_commit: git_commit(),
-        kernel_release: sysinfo::kernel_release(),
-        sysctls: sysinfo::relevant_sysctls(),
-        cell: cell.name.clone(),
-        rate: cell.rate.clone(),
-        config: cell.config.clone(),
-        label: cell.label.clone(),
-        write_size: cell.write_size.clone(),
-        nodelay: cell.nodelay,
-        cc: cell.cc.clone(),
-        sender_kernel: cell.sender_kernel.clone(),
-        cpu_quota: cell.cpu_quota,
-        cpu_slices: cell.cpu_slices,
-        guest_sysctls: cell.guest_sysctls.clone(),
-        repetition: cell.repetition,
-        sink_command: sink_cmd,
-        send_command: send_cmd,
-        testbed_before: before,
-        testbed_after: testbed_status(prefix),
-        schedule_origin_unix_ns: origin_unix_ns,
-        rate_changes,
-    };
-    let _ = std::fs::write(
-        dir.join("meta.json"),
-        serde_json::to_string_pretty(&meta).unwrap_or_default() + "\n",
-    );
+    let mut meta = Meta::new(cell, sink_cmd, send_cmd);
+    meta.testbed_before = before;
+    meta.testbed_after = testbed_status(prefix);
+    meta.schedule_origin_unix_ns = origin_unix_ns;
+    meta.rate_changes = rate_changes;
+    meta.write(dir);
     st.status = if interrupted {
         Status::Interrupted
     } else if st.send_exit == Some(0) && st.error.is_none() {
@@ -583,6 +623,177 @@ fn run_cell(
     };
     st.ended_unix_s = now_unix_s();
     (st, interrupted)
+}
+
+/// After a cell: its cell.json, its per-write files compressed, and its one-line result.
+pub(super) fn store_cell(cell: &Cell, dir: &Path, st: &CellStatus) -> String {
+    let _ = std::fs::write(
+        dir.join("cell.json"),
+        serde_json::to_string_pretty(&st).unwrap_or_default() + "\n",
+    );
+    // Between cells, never beside a measurement: the per-write files are stored
+    // compressed (readers open them by the plain name either way).
+    // A cell of several flows (`-P N`) has them per flow, in flow-K/.
+    let flow_dirs = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.is_dir()
+                        && p.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("flow-"))
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    for d in std::iter::once(dir.to_path_buf()).chain(flow_dirs) {
+        for name in crate::report::compressed::PER_WRITE_FILES {
+            if let Err(e) = crate::report::compressed::compress(&d.join(name)) {
+                crate::say!(
+                    "sbm-matrix: {}: left uncompressed: {e}",
+                    d.join(name).display()
+                );
+            }
+        }
+    }
+    let row = report::summary_row(cell, &report::CellFiles::read(dir));
+    // The same estimator as table.md.
+    let headline = report::Headline::of([&row]);
+    let (p50, p95) = (headline.p50(&row), headline.p95(&row));
+    match (p50, p95, row.goodput_bps) {
+        _ if st.status != Status::Ok => {
+            format!(
+                "{}: {}",
+                st.status.name(),
+                st.error.clone().unwrap_or_default()
+            )
+        }
+        (_, _, Some(g)) if row.flows.is_some() => format!(
+            "{} flows @ {} in all{}",
+            row.flows.unwrap_or(0),
+            report::fmt_rate(g),
+            row.jain_index
+                .map_or(String::new(), |j| format!(", Jain's index {j:.3}"))
+        ),
+        (Some(a), Some(b), Some(g)) => {
+            format!(
+                "{} / {} @ {}",
+                report::fmt_delay(a),
+                report::fmt_delay(b),
+                report::fmt_rate(g)
+            )
+        }
+        (_, _, Some(g)) => format!("no sojourn measured @ {}", report::fmt_rate(g)),
+        _ => "no sojourn measured".into(),
+    }
+}
+
+/// The cells on the emulated path: the path up once, the cells one after another, the path
+/// down on every way out. Returns the exit status.
+fn run_emulated(
+    spec: &MatrixSpec,
+    todo: &[&Cell],
+    run_dir: &Path,
+    signals: &StopSignals,
+    prefix: Option<String>,
+    total: Duration,
+) -> Result<i32, MatrixError> {
+    let prefix = prefix.unwrap_or_else(|| format!("mx{}", std::process::id() % 1_000_000));
+    let path = wan::WanSpec {
+        prefix: prefix.clone(),
+        rtt: crate::units::parse_duration_or_zero(&spec.path.rtt)
+            .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.rtt: {e}"))))?,
+        rate_bps: todo.first().and_then(|c| c.rate_bps),
+        queue: match todo.first() {
+            Some(c) => c.queue,
+            None => crate::units::parse_duration(&spec.path.queue)
+                .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.queue: {e}"))))?,
+        },
+        shape_at: spec.path.shape_at().map_err(MatrixError::Cells)?,
+        delay_impl: spec.path.delay_impl().map_err(MatrixError::Cells)?,
+        bottleneck: todo.first().map_or_else(Default::default, |c| c.bottleneck),
+        owner: std::process::id(),
+    };
+    // The patched kernel for UML cells, built (or found in the cache) before the path
+    // goes up: a first build takes minutes.
+    let kernel = if todo.iter().any(|c| c.sender_kernel == "uml") {
+        let built = crate::testbed::uml::build::build_from(
+            &crate::testbed::uml::build::default_kernel_dir(),
+            crate::testbed::uml::build::default_cache_root(),
+            None,
+            false,
+            &mut |line| crate::say!("sbm-matrix: UML kernel: {line}"),
+        )
+        .map_err(|e| MatrixError::UmlKernel(e.to_string()))?;
+        crate::say!(
+            "sbm-matrix: UML kernel {} (key {})",
+            built.kernel.display(),
+            built.record.key
+        );
+        Some(built.kernel)
+    } else {
+        None
+    };
+    crate::say!(
+        "sbm-matrix: {} cells -> {} (about {})",
+        todo.len(),
+        run_dir.display(),
+        fmt_dur(total)
+    );
+    let mut exit = 0;
+    {
+        let _guard = PathGuard {
+            prefix: prefix.clone(),
+        };
+        wan::up(&path)?;
+        let tty = std::io::stdout().is_terminal();
+        let mut left = total;
+        let pause = crate::units::parse_duration_or_zero(&spec.pause).unwrap_or_default();
+        for (k, cell) in todo.iter().enumerate() {
+            if k > 0 && !pause.is_zero() {
+                let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+                let ms = u16::try_from(pause.as_millis()).unwrap_or(u16::MAX);
+                if poll(&mut fds, ms).is_ok_and(|n| n > 0) && signals.take().is_some() {
+                    exit = 130;
+                    break;
+                }
+            }
+            let line = format!(
+                "[{}/{}] {} (ETA {})",
+                k + 1,
+                todo.len(),
+                cell.name,
+                fmt_dur(left)
+            );
+            if tty {
+                crate::say_partial!("\r\x1b[2K{line}");
+            } else {
+                crate::say!("{line}");
+            }
+            let _ = std::io::stdout().flush();
+            let dir = run_dir.join(&cell.name);
+            let (st, interrupted) = run_cell(spec, &prefix, cell, &dir, kernel.as_deref(), signals);
+            let result = store_cell(cell, &dir, &st);
+            left = left.saturating_sub(estimate(spec, cell));
+            if tty {
+                crate::say!(
+                    "\r\x1b[2K[{}/{}] {}: {result}",
+                    k + 1,
+                    todo.len(),
+                    cell.name
+                );
+            } else {
+                crate::say!("  {}: {result}", cell.name);
+            }
+            if interrupted {
+                exit = 130;
+                break;
+            }
+            if st.status != Status::Ok {
+                exit = 1;
+            }
+        }
+    }
+    Ok(exit)
 }
 
 fn read_status(dir: &Path) -> Option<CellStatus> {
@@ -650,6 +861,18 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
             todo.len(),
             fmt_dur(total)
         );
+        for p in spec.host_pairs().unwrap_or_default() {
+            crate::say!(
+                "  pair {}: {} -> {} (sink {}{})",
+                p.name,
+                p.sender,
+                p.receiver,
+                p.sink_addr(),
+                p.shaped_dev
+                    .as_deref()
+                    .map_or(String::new(), |d| format!(", shaping {d}"))
+            );
+        }
         for c in &todo {
             crate::say!(
                 "  {:<40} {:<8} {:<28} {:>7} {}{}{}{} {:>5} ~{}",
@@ -670,7 +893,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
         }
         return Ok(0);
     }
-    if !nix::unistd::geteuid().is_root() {
+    if !spec.path.is_hosts() && !nix::unistd::geteuid().is_root() {
         return Err(MatrixError::NotRoot);
     }
     std::fs::create_dir_all(&run_dir).map_err(file_error(&run_dir))?;
@@ -685,162 +908,11 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
     std::fs::write(&stored_path, stored).map_err(file_error(&stored_path))?;
     let signals = StopSignals::install().map_err(MatrixError::Signals)?;
 
-    let prefix = opts
-        .prefix
-        .clone()
-        .unwrap_or_else(|| format!("mx{}", std::process::id() % 1_000_000));
-    let path = wan::WanSpec {
-        prefix: prefix.clone(),
-        rtt: crate::units::parse_duration_or_zero(&spec.path.rtt)
-            .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.rtt: {e}"))))?,
-        rate_bps: todo.first().and_then(|c| c.rate_bps),
-        queue: match todo.first() {
-            Some(c) => c.queue,
-            None => crate::units::parse_duration(&spec.path.queue)
-                .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.queue: {e}"))))?,
-        },
-        shape_at: spec.path.shape_at().map_err(MatrixError::Cells)?,
-        delay_impl: spec.path.delay_impl().map_err(MatrixError::Cells)?,
-        owner: std::process::id(),
-    };
-    // The patched kernel for UML cells, built (or found in the cache) before the path
-    // goes up: a first build takes minutes.
-    let kernel = if todo.iter().any(|c| c.sender_kernel == "uml") {
-        let built = crate::testbed::uml::build::build_from(
-            &crate::testbed::uml::build::default_kernel_dir(),
-            crate::testbed::uml::build::default_cache_root(),
-            None,
-            false,
-            &mut |line| crate::say!("sbm-matrix: UML kernel: {line}"),
-        )
-        .map_err(|e| MatrixError::UmlKernel(e.to_string()))?;
-        crate::say!(
-            "sbm-matrix: UML kernel {} (key {})",
-            built.kernel.display(),
-            built.record.key
-        );
-        Some(built.kernel)
+    let exit = if spec.path.is_hosts() {
+        super::hosts::run_cells(&spec, &todo, &run_dir, &signals, total)
     } else {
-        None
+        run_emulated(&spec, &todo, &run_dir, &signals, opts.prefix.clone(), total)?
     };
-    crate::say!(
-        "sbm-matrix: {} cells -> {} (about {})",
-        todo.len(),
-        run_dir.display(),
-        fmt_dur(total)
-    );
-    let mut exit = 0;
-    {
-        let _guard = PathGuard {
-            prefix: prefix.clone(),
-        };
-        wan::up(&path)?;
-        let tty = std::io::stdout().is_terminal();
-        let mut left = total;
-        let pause = crate::units::parse_duration_or_zero(&spec.pause).unwrap_or_default();
-        for (k, cell) in todo.iter().enumerate() {
-            if k > 0 && !pause.is_zero() {
-                let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
-                let ms = u16::try_from(pause.as_millis()).unwrap_or(u16::MAX);
-                if poll(&mut fds, ms).is_ok_and(|n| n > 0) && signals.take().is_some() {
-                    exit = 130;
-                    break;
-                }
-            }
-            let line = format!(
-                "[{}/{}] {} (ETA {})",
-                k + 1,
-                todo.len(),
-                cell.name,
-                fmt_dur(left)
-            );
-            if tty {
-                crate::say_partial!("\r\x1b[2K{line}");
-            } else {
-                crate::say!("{line}");
-            }
-            let _ = std::io::stdout().flush();
-            let dir = run_dir.join(&cell.name);
-            let (st, interrupted) =
-                run_cell(&spec, &prefix, cell, &dir, kernel.as_deref(), &signals);
-            let _ = std::fs::write(
-                dir.join("cell.json"),
-                serde_json::to_string_pretty(&st).unwrap_or_default() + "\n",
-            );
-            // Between cells, never beside a measurement: the per-write files are stored
-            // compressed (readers open them by the plain name either way).
-            // A cell of several flows (`-P N`) has them per flow, in flow-K/.
-            let flow_dirs = std::fs::read_dir(&dir)
-                .map(|rd| {
-                    rd.filter_map(|e| e.ok().map(|e| e.path()))
-                        .filter(|p| {
-                            p.is_dir()
-                                && p.file_name()
-                                    .is_some_and(|n| n.to_string_lossy().starts_with("flow-"))
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default();
-            for d in std::iter::once(dir.clone()).chain(flow_dirs) {
-                for name in crate::report::compressed::PER_WRITE_FILES {
-                    if let Err(e) = crate::report::compressed::compress(&d.join(name)) {
-                        crate::say!(
-                            "sbm-matrix: {}: left uncompressed: {e}",
-                            d.join(name).display()
-                        );
-                    }
-                }
-            }
-            left = left.saturating_sub(estimate(&spec, cell));
-            let row = report::summary_row(cell, &report::CellFiles::read(&dir));
-            // The same estimator as table.md.
-            let headline = report::Headline::of([&row]);
-            let (p50, p95) = (headline.p50(&row), headline.p95(&row));
-            let result = match (p50, p95, row.goodput_bps) {
-                _ if st.status != Status::Ok => {
-                    format!(
-                        "{}: {}",
-                        st.status.name(),
-                        st.error.clone().unwrap_or_default()
-                    )
-                }
-                (_, _, Some(g)) if row.flows.is_some() => format!(
-                    "{} flows @ {} in all{}",
-                    row.flows.unwrap_or(0),
-                    report::fmt_rate(g),
-                    row.jain_index
-                        .map_or(String::new(), |j| format!(", Jain's index {j:.3}"))
-                ),
-                (Some(a), Some(b), Some(g)) => {
-                    format!(
-                        "{} / {} @ {}",
-                        report::fmt_delay(a),
-                        report::fmt_delay(b),
-                        report::fmt_rate(g)
-                    )
-                }
-                (_, _, Some(g)) => format!("no sojourn measured @ {}", report::fmt_rate(g)),
-                _ => "no sojourn measured".into(),
-            };
-            if tty {
-                crate::say!(
-                    "\r\x1b[2K[{}/{}] {}: {result}",
-                    k + 1,
-                    todo.len(),
-                    cell.name
-                );
-            } else {
-                crate::say!("  {}: {result}", cell.name);
-            }
-            if interrupted {
-                exit = 130;
-                break;
-            }
-            if st.status != Status::Ok {
-                exit = 1;
-            }
-        }
-    }
     let table = report::write_all(&run_dir, &spec, &all).map_err(MatrixError::Report)?;
     crate::say!("\n{table}");
     crate::say!(

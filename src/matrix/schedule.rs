@@ -120,7 +120,7 @@ pub fn wait_for_connect(
 /// Applies one step now; `origin` is when the sender connected.
 pub fn apply(prefix: &str, step: &ScheduledRate, origin: Instant) -> RateChange {
     let started_unix_ns = crate::clock::realtime_ns();
-    let result = wan::set(prefix, step.rate_bps, step.queue);
+    let result = wan::set(prefix, step.rate_bps, step.queue, None);
     let applied_unix_ns = crate::clock::realtime_ns();
     let applied_s = origin.elapsed().as_secs_f64();
     match result {

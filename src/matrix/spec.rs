@@ -10,25 +10,32 @@ use crate::sysinfo::parse_sysctl;
 use crate::testbed::wan;
 use crate::units;
 
-/// The emulated path shared by every cell.
+/// The path shared by every cell: emulated on this machine, or real hosts.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PathSpec {
+    /// emulated (the test bed's namespaces) | hosts (real machines over ssh, `hosts`)
+    pub kind: String,
+    /// The emulated path's round trip (a real path's is measured before each cell).
     pub rtt: String,
     pub queue: String,
-    /// wan | ingress
+    /// Emulated: wan (default) | ingress. Hosts: receiver-ingress (default) | sender-egress.
     pub shape_at: String,
-    /// auto | netem | nfqueue
+    /// auto | netem | nfqueue (emulated only)
     pub delay_impl: String,
+    /// kind = "hosts": the sender/receiver pairs; cells are spread over them.
+    pub hosts: Vec<super::hosts::pair::HostPairSpec>,
 }
 
 impl Default for PathSpec {
     fn default() -> Self {
         PathSpec {
+            kind: "emulated".into(),
             rtt: "172ms".into(),
             queue: "200ms".into(),
-            shape_at: "wan".into(),
+            shape_at: String::new(),
             delay_impl: "auto".into(),
+            hosts: vec![],
         }
     }
 }
@@ -136,6 +143,9 @@ pub struct RateOverride {
     /// This column's bottleneck queue (in time, as `path.queue`), e.g. a shallow and a deep
     /// buffer as two columns of one rate.
     pub queue: Option<String>,
+    /// `shaper` (default: HTB, excess waits in the queue) or `policer` (excess dropped as
+    /// it arrives, `queue` the bucket's depth in time at the rate; emulated path only).
+    pub bottleneck: Option<String>,
     /// Changes of the bottleneck during each cell, after the sender connected.
     pub schedule: Vec<super::schedule::RateStep>,
 }
@@ -268,17 +278,38 @@ pub struct Cell {
     pub queue: Duration,
     /// Bottleneck changes during the cell.
     pub schedule: Vec<super::schedule::ScheduledRate>,
+    /// Shaper or policer.
+    pub bottleneck: wan::BottleneckKind,
 }
 
 impl PathSpec {
     /// Where the bottleneck goes, as the test bed names it.
     pub fn shape_at(&self) -> Result<wan::ShapeAt, SpecError> {
         match self.shape_at.as_str() {
-            "wan" => Ok(wan::ShapeAt::Wan),
+            "" | "wan" => Ok(wan::ShapeAt::Wan),
             "ingress" => Ok(wan::ShapeAt::Ingress),
             other => Err(SpecError::Invalid(format!(
                 "path.shape_at '{other}': wan or ingress"
             ))),
+        }
+    }
+
+    /// Whether the cells run on real hosts (`kind = "hosts"`).
+    pub fn is_hosts(&self) -> bool {
+        self.kind == "hosts"
+    }
+
+    /// Where a real path's bottleneck goes.
+    pub fn host_shaping(&self) -> Result<super::hosts::pair::HostShaping, SpecError> {
+        super::hosts::pair::HostShaping::parse(&self.shape_at)
+    }
+
+    /// The path's round trip as the report's text and a run's identity name it.
+    pub fn rtt_label(&self) -> &str {
+        if self.is_hosts() {
+            "measured"
+        } else {
+            &self.rtt
         }
     }
 
@@ -305,6 +336,15 @@ pub enum SpecError {
 
 fn dur(what: &str, s: &str) -> Result<Duration, SpecError> {
     units::parse_duration_or_zero(s).map_err(|e| SpecError::Invalid(format!("{what}: {e}")))
+}
+
+/// A column's `bottleneck`: shaper (the default) or policer.
+pub fn parse_bottleneck(s: Option<&str>) -> Result<wan::BottleneckKind, String> {
+    match s {
+        None | Some("shaper") => Ok(wan::BottleneckKind::Shaper),
+        Some("policer") => Ok(wan::BottleneckKind::Policer),
+        Some(other) => Err(format!("'{other}': shaper or policer")),
+    }
 }
 
 /// `off` or a bit rate.
@@ -351,8 +391,26 @@ impl MatrixSpec {
         }
         dur("path.rtt", &self.path.rtt)?;
         dur("path.queue", &self.path.queue)?;
-        self.path.shape_at()?;
-        self.path.delay_impl()?;
+        match self.path.kind.as_str() {
+            "emulated" => {
+                self.path.shape_at()?;
+                self.path.delay_impl()?;
+                if !self.path.hosts.is_empty() {
+                    return Err(SpecError::Invalid(
+                        "path.hosts is for kind = \"hosts\" (the emulated path has no hosts)"
+                            .into(),
+                    ));
+                }
+            }
+            "hosts" => {
+                self.host_pairs()?;
+            }
+            other => {
+                return Err(SpecError::Invalid(format!(
+                    "path.kind '{other}': emulated or hosts"
+                )))
+            }
+        }
         for k in &self.axes.sender_kernel {
             if k != "host" && k != "uml" {
                 return Err(SpecError::Invalid(format!(
@@ -467,6 +525,13 @@ impl MatrixSpec {
             }
             let duration = dur("duration", o.duration.as_deref().unwrap_or(&self.duration))?;
             super::schedule::parse(&format!("rates.\"{r}\""), &o.schedule, duration)?;
+            parse_bottleneck(o.bottleneck.as_deref())
+                .map_err(|e| SpecError::Invalid(format!("rates.\"{r}\".bottleneck: {e}")))?;
+            if self.path.is_hosts() && o.bottleneck.as_deref() == Some("policer") {
+                return Err(SpecError::Invalid(format!(
+                    "rates.\"{r}\".bottleneck: policers are on the emulated path only"
+                )));
+            }
             for (what, v) in [
                 ("duration", &o.duration),
                 ("warmup", &o.warmup),
@@ -482,6 +547,52 @@ impl MatrixSpec {
             dur("drain_timeout", d)?;
         }
         Ok(())
+    }
+
+    /// The checked sender/receiver pairs of a real path, with what such a path cannot do
+    /// (guest senders, CPU axes, bottleneck changes mid-cell) refused.
+    pub fn host_pairs(&self) -> Result<Vec<super::hosts::pair::Pair>, SpecError> {
+        let shaping = self.path.host_shaping()?;
+        if self.path.hosts.is_empty() {
+            return Err(SpecError::Invalid(
+                "path.kind = \"hosts\" needs at least one [[path.hosts]] pair".into(),
+            ));
+        }
+        let a = &self.axes;
+        if a.sender_kernel.iter().any(|k| k != "host")
+            || !a.cpu_quota.is_empty()
+            || !a.cpu_slices.is_empty()
+        {
+            return Err(SpecError::Invalid(
+                "real hosts run sbm-send on the sender's own kernel: sender_kernel = [\"host\"], no cpu_quota or cpu_slices".into(),
+            ));
+        }
+        if let Some(r) = self.rates.iter().find(|(_, o)| !o.schedule.is_empty()) {
+            return Err(SpecError::Invalid(format!(
+                "[rates.\"{}\"] schedule: bottleneck changes during a cell need the emulated path",
+                r.0
+            )));
+        }
+        let mut shaped = false;
+        for r in &a.rate {
+            shaped |= parse_rate(self.start_rate(r))?.is_some();
+        }
+        let pairs: Vec<_> = self
+            .path
+            .hosts
+            .iter()
+            .enumerate()
+            .map(|(k, p)| p.check(k, shaping, shaped))
+            .collect::<Result<_, _>>()?;
+        for (k, p) in pairs.iter().enumerate() {
+            if pairs[..k].iter().any(|q| q.name == p.name) {
+                return Err(SpecError::Invalid(format!(
+                    "path.hosts: two pairs are named '{}'",
+                    p.name
+                )));
+            }
+        }
+        Ok(pairs)
     }
 
     /// The bottleneck queue of a rate column: its `[rates]` entry's `queue`, else
@@ -653,6 +764,7 @@ impl MatrixSpec {
                 &over.schedule,
                 duration,
             )?,
+            bottleneck: parse_bottleneck(over.bottleneck.as_deref()).map_err(SpecError::Invalid)?,
         })
     }
 }
@@ -836,6 +948,32 @@ mod tests {
             ("duration = \"40\"", "duration"),
             ("bogus = 1", "unknown field"),
             ("[path]\nshape_at = \"sender\"", "shape_at"),
+            ("[path]\nkind = \"cloud\"", "emulated or hosts"),
+            (
+                "[rates.\"2mbit\"]\nbottleneck = \"wall\"",
+                "shaper or policer",
+            ),
+            ("[path]\nkind = \"hosts\"", "at least one [[path.hosts]]"),
+            (
+                "[path]\nkind = \"hosts\"\nshape_at = \"wan\"\n[[path.hosts]]\nreceiver = \"ssh://198.18.2.1\"\nreceiver_dev = \"eth0\"",
+                "receiver-ingress or sender-egress",
+            ),
+            (
+                "[[path.hosts]]\nreceiver = \"ssh://198.18.2.1\"",
+                "is for kind = \"hosts\"",
+            ),
+            (
+                "[path]\nkind = \"hosts\"\n[[path.hosts]]\nreceiver = \"ssh://198.18.2.1\"\nreceiver_dev = \"eth0\"\n[axes]\nsender_kernel = [\"uml\"]",
+                "sender's own kernel",
+            ),
+            (
+                "[path]\nkind = \"hosts\"\n[[path.hosts]]\nreceiver = \"ssh://198.18.2.1\"\nreceiver_dev = \"eth0\"\n[[path.hosts]]\nreceiver = \"ssh://198.18.2.2\"\nreceiver_dev = \"eth0\"\nname = \"pair-1\"",
+                "two pairs are named 'pair-1'",
+            ),
+            (
+                "[path]\nkind = \"hosts\"\n[[path.hosts]]\nreceiver = \"ssh://198.18.2.1\"\nreceiver_dev = \"eth0\"\n[rates.\"2mbit\"]\nschedule = [{ at = \"5s\", rate = \"1mbit\" }]",
+                "need the emulated path",
+            ),
             ("repetitions = 0", "repetitions"),
             ("[[exclude]]\nrate = \"2mbit\"", "every cell is excluded"),
             ("[rates.\"5mbit\"]\nduration = \"1s\"", "not in axes.rate"),

@@ -2,6 +2,8 @@
 //! `testbed/wan` and `testbed/shape` are thin wrappers around it.
 
 pub mod cmd;
+pub mod hold;
+pub mod hostinfo;
 pub mod plan;
 pub mod shape;
 pub mod status;
@@ -13,7 +15,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::units;
-use wan::{DelayImpl, ShapeAt, WanSpec};
+use wan::{BottleneckKind, DelayImpl, ShapeAt, WanSpec};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -37,6 +39,33 @@ pub enum Top {
     /// The sender as a User-Mode Linux guest with the patched kernel (TCP_REPLENISH_TIME).
     #[command(subcommand)]
     Uml(UmlCmd),
+    /// Describe this host for a matrix run on real hosts (run over ssh by sbm-matrix).
+    #[command(subcommand)]
+    Host(HostCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HostCmd {
+    /// Kernel, sysctls, clock synchronisation and each DEV's MTU, offloads and qdiscs, as JSON.
+    Info {
+        /// Interfaces to describe.
+        #[arg(long = "dev", value_name = "DEV")]
+        devs: Vec<String>,
+    },
+    /// This host's wall clock (CLOCK_REALTIME) in nanoseconds, for an offset measurement.
+    Clock,
+    /// Round trips to ADDR:PORT from TCP handshakes (a closed port answers with a reset),
+    /// as JSON.
+    #[command(after_help = "Example:\n  sbm-testbed host probe-rtt 198.18.2.1:5301 --count 5")]
+    ProbeRtt {
+        #[arg(value_name = "ADDR:PORT")]
+        addr: std::net::SocketAddr,
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+        count: u32,
+        /// How long one probe waits for an answer.
+        #[arg(long, default_value = "2s", value_parser = units::parse_duration)]
+        timeout: Duration,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -185,6 +214,11 @@ pub enum WanCmd {
         /// is reclaimed by the next `up`.
         #[arg(long)]
         owner: Option<u32>,
+        /// shaper: HTB with a FIFO of --queue (excess waits); policer: excess dropped as it
+        /// arrives from snd, with a bucket of --queue at the rate (tc police, or where the
+        /// kernel lacks act_police a token bucket with a one-packet queue).
+        #[arg(long, value_enum, default_value_t = BottleneckKind::Shaper)]
+        bottleneck: BottleneckKind,
     },
     /// Change the bottleneck in place.
     Set {
@@ -193,6 +227,9 @@ pub enum WanCmd {
         rate: RateArg,
         #[arg(long, value_parser = units::parse_duration)]
         queue: Option<Duration>,
+        /// shaper or policer (default: as it is).
+        #[arg(long, value_enum)]
+        bottleneck: Option<BottleneckKind>,
         #[command(flatten)]
         prefix: PrefixArg,
     },
@@ -241,6 +278,20 @@ pub enum ShapeCmd {
     },
     /// Show qdiscs and classes with counters.
     Show { dev: String },
+    /// Install as apply does, print `shaped`, and remove it again when stdin closes or on
+    /// SIGINT/SIGTERM/SIGHUP (prints `cleared`): shaping tied to the life of an ssh session.
+    #[command(
+        after_help = "Example (what sbm-matrix runs on a remote receiver):\n  ssh root@receiver sbm-testbed shape hold eth0 --rate 2mbit --queue 200ms --ingress"
+    )]
+    Hold {
+        dev: String,
+        #[arg(long, value_parser = units::parse_rate_bps)]
+        rate: u64,
+        #[arg(long, default_value = "200ms", value_parser = units::parse_duration)]
+        queue: Duration,
+        #[arg(long)]
+        ingress: bool,
+    },
 }
 
 fn run_or_print(cmds: &[cmd::Cmd], dry_run: bool, keep_going: bool) -> Result<(), String> {
@@ -393,6 +444,7 @@ fn run(cli: Cli) -> Result<i32, String> {
             delay_impl,
             prefix,
             owner,
+            bottleneck,
         }) => {
             let spec = WanSpec {
                 prefix: prefix.prefix,
@@ -401,6 +453,7 @@ fn run(cli: Cli) -> Result<i32, String> {
                 queue,
                 shape_at,
                 delay_impl,
+                bottleneck,
                 owner: owner.unwrap_or_else(|| nix::unistd::getppid().as_raw() as u32),
             };
             let state = wan::up(&spec).map_err(|e| e.to_string())?;
@@ -410,9 +463,11 @@ fn run(cli: Cli) -> Result<i32, String> {
         Top::Wan(WanCmd::Set {
             rate,
             queue,
+            bottleneck,
             prefix,
         }) => {
-            let state = wan::set(&prefix.prefix, rate.0, queue).map_err(|e| e.to_string())?;
+            let state =
+                wan::set(&prefix.prefix, rate.0, queue, bottleneck).map_err(|e| e.to_string())?;
             crate::say!("{}", status::human(&status::collect(&state)));
             Ok(0)
         }
@@ -464,6 +519,39 @@ fn run(cli: Cli) -> Result<i32, String> {
         }) => run_or_print(&shape::clear_commands(&dev, ingress), dry_run, true).map(|()| 0),
         Top::Shape(ShapeCmd::Show { dev }) => {
             run_or_print(&shape::show_commands(&dev), false, false).map(|()| 0)
+        }
+        Top::Shape(ShapeCmd::Hold {
+            dev,
+            rate,
+            queue,
+            ingress,
+        }) => hold::hold(
+            &dev,
+            &plan::Bottleneck {
+                rate_bps: rate,
+                queue,
+            },
+            ingress,
+        ),
+        Top::Host(HostCmd::Info { devs }) => {
+            crate::say!(
+                "{}",
+                serde_json::to_string(&hostinfo::collect(&devs)).expect("host info serializes")
+            );
+            Ok(0)
+        }
+        Top::Host(HostCmd::Clock) => {
+            crate::say!("{}", crate::clock::realtime_ns());
+            Ok(0)
+        }
+        Top::Host(HostCmd::ProbeRtt {
+            addr,
+            count,
+            timeout,
+        }) => {
+            let p = hostinfo::probe_rtt(addr, count, timeout);
+            crate::say!("{}", serde_json::to_string(&p).expect("probe serializes"));
+            Ok(if p.min_us.is_some() { 0 } else { 1 })
         }
     }
 }

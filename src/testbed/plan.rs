@@ -41,6 +41,12 @@ impl Bottleneck {
         )
     }
 
+    /// A policer's bucket: the queue's time at the rate, at least two full packets (the
+    /// burst a policer lets through at line rate after an idle spell).
+    pub fn bucket_bytes(&self) -> u64 {
+        self.queue_bytes_asked().max(2 * FULL_PACKET)
+    }
+
     /// HTB burst: at least one tick's worth at the rate and two full packets.
     pub fn burst_bytes(&self) -> u64 {
         (self.rate_bps / 8 / MIN_HZ).max(2 * FULL_PACKET)
@@ -101,6 +107,95 @@ pub fn ingress_redirect(dev: &str, ifb: &str) -> Vec<Cmd> {
                 ifb,
             ],
         ),
+    ]
+}
+
+/// The IFB a policer's token bucket sits on where the kernel has no act_police.
+pub const POLICER_IFB: &str = "ifbp0";
+
+/// A policer on what arrives on `dev`: tc's police action (act_police) drops what exceeds
+/// the rate and a bucket of `b.bucket_bytes()`; nothing waits.
+pub fn police(dev: &str, b: &Bottleneck) -> Vec<Cmd> {
+    let rate = format!("{}bit", b.rate_bps);
+    let burst = format!("{}b", b.bucket_bytes());
+    vec![
+        Cmd::new(
+            "tc",
+            &["qdisc", "replace", "dev", dev, "handle", "ffff:", "ingress"],
+        ),
+        Cmd::new(
+            "tc",
+            &[
+                "filter",
+                "replace",
+                "dev",
+                dev,
+                "parent",
+                "ffff:",
+                "protocol",
+                "all",
+                "prio",
+                "1",
+                "u32",
+                "match",
+                "u32",
+                "0",
+                "0",
+                "action",
+                "police",
+                "rate",
+                &rate,
+                "burst",
+                &burst,
+                "mtu",
+                "64kb",
+                "conform-exceed",
+                "drop",
+            ],
+        ),
+    ]
+}
+
+/// The policer where the kernel lacks act_police: what arrives on `dev` goes through an IFB
+/// whose root is a token bucket (TBF) with the same rate and bucket and a queue of one full
+/// packet — it drops what a policer drops, except that one packet may wait.
+pub fn police_by_tbf(dev: &str, b: &Bottleneck) -> Vec<Cmd> {
+    let mut cmds = ingress_redirect(dev, POLICER_IFB);
+    cmds.push(tbf_policer(b));
+    cmds
+}
+
+/// The token bucket of [`police_by_tbf`] (replaced in place to change it).
+pub fn tbf_policer(b: &Bottleneck) -> Cmd {
+    let rate = format!("{}bit", b.rate_bps);
+    let burst = format!("{}b", b.bucket_bytes());
+    let limit = format!("{FULL_PACKET}b");
+    Cmd::new(
+        "tc",
+        &[
+            "qdisc",
+            "replace",
+            "dev",
+            POLICER_IFB,
+            "root",
+            "handle",
+            "1:",
+            "tbf",
+            "rate",
+            &rate,
+            "burst",
+            &burst,
+            "limit",
+            &limit,
+        ],
+    )
+}
+
+/// Removes a policer of either kind from `dev`.
+pub fn unpolice(dev: &str) -> Vec<Cmd> {
+    vec![
+        Cmd::new("tc", &["qdisc", "del", "dev", dev, "ingress"]),
+        Cmd::new("ip", &["link", "del", POLICER_IFB]),
     ]
 }
 
@@ -200,5 +295,37 @@ mod tests {
     fn ifb_names_fit_linux_limits() {
         assert_eq!(ifb_name("eth0"), "ifb-eth0");
         assert_eq!(ifb_name("enp0s31f6longname").len(), 15);
+    }
+
+    #[test]
+    fn a_policer_drops_beyond_its_bucket_or_emulates_it_with_a_one_packet_tbf() {
+        let b = Bottleneck {
+            rate_bps: 100_000_000,
+            queue: Duration::from_millis(20),
+        };
+        assert_eq!(b.bucket_bytes(), 250_000);
+        let p: Vec<String> = police("ws", &b).iter().map(|c| c.to_string()).collect();
+        assert!(
+            p[1].ends_with(
+                "action police rate 100000000bit burst 250000b mtu 64kb conform-exceed drop"
+            ),
+            "{}",
+            p[1]
+        );
+        let t: Vec<String> = police_by_tbf("ws", &b)
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        assert_eq!(t[0], "ip link add ifbp0 type ifb");
+        assert_eq!(
+            t.last().unwrap(),
+            "tc qdisc replace dev ifbp0 root handle 1: tbf rate 100000000bit burst 250000b limit 1514b"
+        );
+        // A tiny queue still leaves a bucket of two full packets.
+        let tiny = Bottleneck {
+            rate_bps: 100_000,
+            queue: Duration::from_millis(1),
+        };
+        assert_eq!(tiny.bucket_bytes(), 2 * FULL_PACKET);
     }
 }

@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::cmd::Cmd;
-use super::wan::{self, DelayImpl, Names, ShapeAt, State};
+use super::wan::{self, BottleneckKind, DelayImpl, Names, PolicerImpl, ShapeAt, State};
 
 /// One line of /proc/net/netfilter/nfnetlink_queue (net/netfilter/nfnetlink_queue.c
 /// `seq_show`): the kernel's own counters for a queue.
@@ -84,6 +84,14 @@ pub struct Status {
     pub queue_drain_ms: Option<f64>,
     /// Whether the queue asked for was under the four-packet floor and was raised to it.
     pub queue_raised_to_floor: Option<bool>,
+    /// shaper (HTB and the queue above) or policer (nothing queued: excess dropped).
+    pub bottleneck: BottleneckKind,
+    /// A policer's bucket in bytes (the queue's time at the rate) and how it is made:
+    /// `police` (act_police) or `tbf` (a token bucket with a one-packet queue).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policer_bucket_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policer_impl: Option<PolicerImpl>,
     pub shape_at: ShapeAt,
     pub shape_dev: String,
     pub delay_impl: DelayImpl,
@@ -113,7 +121,12 @@ pub struct Addresses {
 
 pub fn collect(state: &State) -> Status {
     let n = Names::new(&state.prefix);
-    let (ns, dev) = wan::shape_device(&state.prefix, state.shape_at);
+    let policing = state.bottleneck == BottleneckKind::Policer && state.rate_bps.is_some();
+    let (ns, dev) = match (policing, state.policer_impl) {
+        (true, Some(PolicerImpl::Tbf)) => (n.wan.clone(), super::plan::POLICER_IFB),
+        (true, _) => (n.wan.clone(), wan::WAN_SND_IF),
+        (false, _) => wan::shape_device(&state.prefix, state.shape_at),
+    };
     let qdisc = Cmd::new("tc", &["-s", "-j", "qdisc", "show", "dev", dev])
         .in_ns(&ns)
         .run()
@@ -141,9 +154,14 @@ pub fn collect(state: &State) -> Status {
         (vec![], vec![])
     };
     let queue = std::time::Duration::from_micros(state.queue_us);
-    let bottleneck = state
+    let limit = state
         .rate_bps
         .map(|rate_bps| super::plan::Bottleneck { rate_bps, queue });
+    let (bottleneck, bucket) = if policing {
+        (None, limit)
+    } else {
+        (limit, None)
+    };
     Status {
         prefix: state.prefix.clone(),
         up: n.all().iter().all(|x| wan::netns_exists(x)),
@@ -168,6 +186,9 @@ pub fn collect(state: &State) -> Status {
         queue_bytes: bottleneck.map(|b| b.limit_bytes()),
         queue_drain_ms: bottleneck.map(|b| b.drain_time().as_secs_f64() * 1e3),
         queue_raised_to_floor: bottleneck.map(|b| b.raised_to_floor()),
+        bottleneck: state.bottleneck,
+        policer_bucket_bytes: bucket.map(|b| b.bucket_bytes()),
+        policer_impl: state.policer_impl.filter(|_| policing),
         shape_at: state.shape_at,
         shape_dev: format!("{ns}:{dev}"),
         delay_impl: state.delay_impl,
@@ -182,6 +203,16 @@ pub fn collect(state: &State) -> Status {
 /// `50000 B queue (200 ms)`, or with the floor: `6056 B queue (484 ms at the rate; 200 ms
 /// asked, raised to four full packets)`.
 fn queue_text(s: &Status) -> String {
+    if let Some(bucket) = s.policer_bucket_bytes {
+        return format!(
+            "a policer ({}), bucket {bucket} B ({:.0} ms at the rate), nothing queued",
+            match s.policer_impl {
+                Some(PolicerImpl::Police) => "tc police",
+                _ => "token bucket with a one-packet queue: no act_police here",
+            },
+            s.queue_ms
+        );
+    }
     match (s.queue_bytes, s.queue_drain_ms) {
         (Some(bytes), Some(ms)) if s.queue_raised_to_floor == Some(true) => format!(
             "{bytes} B queue ({ms:.0} ms at the rate; {:.0} ms asked, raised to four full packets)",

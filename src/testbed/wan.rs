@@ -43,6 +43,28 @@ pub enum ShapeAt {
     Ingress,
 }
 
+/// What limits the rate: a shaper (HTB and a FIFO: excess waits) or a policer (excess is
+/// dropped as it arrives, nothing waits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BottleneckKind {
+    #[default]
+    Shaper,
+    /// On what wan receives from snd: tc's police action, or where the kernel lacks it a
+    /// token bucket with a one-packet queue (plan::police_by_tbf).
+    Policer,
+}
+
+/// How a policer was installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicerImpl {
+    /// act_police.
+    Police,
+    /// TBF with a one-packet queue on an IFB (this kernel has no act_police).
+    Tbf,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum DelayImpl {
@@ -98,6 +120,7 @@ pub struct WanSpec {
     pub queue: Duration,
     pub shape_at: ShapeAt,
     pub delay_impl: DelayImpl,
+    pub bottleneck: BottleneckKind,
     pub owner: u32,
 }
 
@@ -114,6 +137,12 @@ pub struct State {
     pub delay_impl: DelayImpl,
     pub delay_pid: Option<u32>,
     pub created_unix_s: u64,
+    /// Shaper or policer (beds from before policers: shaper).
+    #[serde(default)]
+    pub bottleneck: BottleneckKind,
+    /// How the policer is made, while there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policer_impl: Option<PolicerImpl>,
 }
 
 /// Namespace names of a bed.
@@ -409,17 +438,93 @@ pub fn shape_device(prefix: &str, shape_at: ShapeAt) -> (String, &'static str) {
     }
 }
 
-/// Installs or changes the bottleneck in place; `None` removes it.
+/// Whether a link exists in a namespace.
+fn link_exists(ns: &str, dev: &str) -> bool {
+    Cmd::new("ip", &["-n", ns, "link", "show", dev])
+        .run()
+        .is_ok()
+}
+
+/// Installs, changes or removes the bottleneck in place (`None`: no bottleneck) and records
+/// it in `state` (not saved).
 fn apply_bottleneck(
+    state: &mut State,
+    rate_bps: Option<u64>,
+    queue: Duration,
+    kind: BottleneckKind,
+) -> Result<(), TestbedError> {
+    let n = Names::new(&state.prefix);
+    let shaping = state.rate_bps.is_some() && state.bottleneck == BottleneckKind::Shaper;
+    let policing = state.rate_bps.is_some() && state.bottleneck == BottleneckKind::Policer;
+    let shaper = rate_bps.filter(|_| kind == BottleneckKind::Shaper);
+    let policer = rate_bps.filter(|_| kind == BottleneckKind::Policer);
+    if policing && policer.is_none() {
+        for c in plan::unpolice(WAN_SND_IF) {
+            let _ = c.in_ns(&n.wan).run();
+        }
+        state.policer_impl = None;
+    }
+    if shaping || shaper.is_some() {
+        apply_shaper(state, shaper, queue, shaping)?;
+    }
+    if let Some(rate) = policer {
+        let b = Bottleneck {
+            rate_bps: rate,
+            queue,
+        };
+        state.policer_impl = Some(match (policing, state.policer_impl) {
+            (true, Some(PolicerImpl::Police)) => {
+                plan::police(WAN_SND_IF, &b)[1]
+                    .clone()
+                    .in_ns(&n.wan)
+                    .run()?;
+                PolicerImpl::Police
+            }
+            (true, _) => {
+                plan::tbf_policer(&b).in_ns(&n.wan).run()?;
+                PolicerImpl::Tbf
+            }
+            // tc's police action where the kernel has it, else the token bucket.
+            (false, _) => {
+                let police: Vec<Cmd> = plan::police(WAN_SND_IF, &b)
+                    .into_iter()
+                    .map(|c| c.in_ns(&n.wan))
+                    .collect();
+                if run_all(&police).is_ok() {
+                    PolicerImpl::Police
+                } else {
+                    for c in plan::unpolice(WAN_SND_IF) {
+                        let _ = c.in_ns(&n.wan).run();
+                    }
+                    let tbf: Vec<Cmd> = plan::police_by_tbf(WAN_SND_IF, &b)
+                        .into_iter()
+                        .map(|c| c.in_ns(&n.wan))
+                        .collect();
+                    run_all(&tbf)?;
+                    PolicerImpl::Tbf
+                }
+            }
+        });
+    }
+    state.rate_bps = rate_bps;
+    state.queue_us = queue.as_micros() as u64;
+    state.bottleneck = kind;
+    Ok(())
+}
+
+/// The shaper part of [`apply_bottleneck`]: HTB and bfifo installed or changed (`shaping`:
+/// one is there now), or removed.
+fn apply_shaper(
     state: &State,
     rate_bps: Option<u64>,
     queue: Duration,
+    shaping: bool,
 ) -> Result<(), TestbedError> {
     let n = Names::new(&state.prefix);
     let (ns, dev) = shape_device(&state.prefix, state.shape_at);
     let one_way = Duration::from_micros(state.rtt_us / 2);
     let netem_on_wr = state.delay_impl == DelayImpl::Netem && state.shape_at == ShapeAt::Wan;
-    if state.shape_at == ShapeAt::Ingress && state.rate_bps.is_none() && rate_bps.is_some() {
+    if state.shape_at == ShapeAt::Ingress && rate_bps.is_some() && !link_exists(&n.rcv, IFB_IF) {
         for c in plan::ingress_redirect(RCV_IF, IFB_IF) {
             c.in_ns(&n.rcv).run()?;
         }
@@ -435,7 +540,7 @@ fn apply_bottleneck(
                 .map(|c| c.in_ns(&ns))
                 .collect();
             // HTB cannot change its root in place: with one there, change class and leaf only.
-            let skip_root = usize::from(state.rate_bps.is_some());
+            let skip_root = usize::from(shaping);
             if netem_on_wr {
                 // One root per device: netem becomes the class's leaf, its limit the queue.
                 let pkts = (b.limit_bytes() / plan::FULL_PACKET).max(4).to_string();
@@ -500,6 +605,8 @@ pub fn up(spec: &WanSpec) -> Result<State, TestbedError> {
         delay_impl: spec.delay_impl,
         delay_pid: None,
         created_unix_s: now_unix_s(),
+        bottleneck: BottleneckKind::Shaper,
+        policer_impl: None,
     };
     // Recorded before anything is made, so a crash half-way is reclaimable.
     save_state(&state)?;
@@ -518,7 +625,11 @@ pub fn up(spec: &WanSpec) -> Result<State, TestbedError> {
                 plan::netem_delay(WAN_SND_IF, one_way)
                     .in_ns(&names.wan)
                     .run()?;
-                if !(spec.shape_at == ShapeAt::Wan && spec.rate_bps.is_some()) {
+                // wr's root is the HTB when it shapes there (netem becomes its leaf).
+                let htb_on_wr = spec.shape_at == ShapeAt::Wan
+                    && spec.rate_bps.is_some()
+                    && spec.bottleneck == BottleneckKind::Shaper;
+                if !htb_on_wr {
                     plan::netem_delay(WAN_RCV_IF, one_way)
                         .in_ns(&names.wan)
                         .run()?;
@@ -529,8 +640,7 @@ pub fn up(spec: &WanSpec) -> Result<State, TestbedError> {
                 save_state(&state)?;
             }
         }
-        apply_bottleneck(&state, spec.rate_bps, spec.queue)?;
-        state.rate_bps = spec.rate_bps;
+        apply_bottleneck(&mut state, spec.rate_bps, spec.queue, spec.bottleneck)?;
         save_state(&state)?;
         Ok(())
     })();
@@ -543,11 +653,12 @@ pub fn up(spec: &WanSpec) -> Result<State, TestbedError> {
     }
 }
 
-/// Changes the bottleneck of a running bed in place.
+/// Changes the bottleneck of a running bed in place (`queue`, `kind`: None keeps them).
 pub fn set(
     prefix: &str,
     rate_bps: Option<u64>,
     queue: Option<Duration>,
+    kind: Option<BottleneckKind>,
 ) -> Result<State, TestbedError> {
     validate_prefix(prefix)?;
     if !nix::unistd::geteuid().is_root() {
@@ -557,9 +668,8 @@ pub fn set(
         .filter(healthy)
         .ok_or_else(|| TestbedError::NotUp(prefix.into()))?;
     let queue = queue.unwrap_or(Duration::from_micros(state.queue_us));
-    apply_bottleneck(&state, rate_bps, queue)?;
-    state.rate_bps = rate_bps;
-    state.queue_us = queue.as_micros() as u64;
+    let kind = kind.unwrap_or(state.bottleneck);
+    apply_bottleneck(&mut state, rate_bps, queue, kind)?;
     save_state(&state)?;
     Ok(state)
 }
@@ -656,6 +766,8 @@ mod tests {
             delay_impl: DelayImpl::Nfqueue,
             delay_pid: Some(7),
             created_unix_s: 1,
+            bottleneck: BottleneckKind::Policer,
+            policer_impl: Some(PolicerImpl::Tbf),
         };
         let back: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);
