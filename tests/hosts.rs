@@ -538,6 +538,19 @@ fn failures_are_one_line_each_and_leave_nothing_behind() {
     let e = error_of(&out);
     assert!(!e.contains('\n') && e.contains("198.18.2.1"), "{e}");
     assert_nothing_left(&bed, "r0", &remote_dir);
+
+    // --resume on real hosts: the failed cell runs again, over a new connection, and is ok.
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &bed.ns("snd"), &matrix_bin(), "run"])
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("--resume");
+    let res = output_within(cmd, Duration::from_secs(120));
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    let st = read_json(&out.join("2mbit-default/cell.json"));
+    assert_eq!(st["status"], "ok", "{st}");
+    assert_nothing_left(&bed, "r0", &remote_dir);
 }
 
 /// A second receiver namespace hanging off the bed's wan: 198.18.4.1 on `r2`.

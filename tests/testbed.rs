@@ -256,10 +256,28 @@ fn a_policer_drops_what_exceeds_its_rate_and_set_turns_it_back_into_a_shaper() {
 }
 
 /// One 86 Mb/s transfer through a fresh delay line: lossless, at the rate; returns the
-/// forward direction's p99 late release (µs) from its final statistics.
-fn fast_transfer_p99_late_us(tag: &str) -> u64 {
+/// forward direction's p99 late release (µs) from its final statistics, and beside it the p99
+/// lateness of a control measured side by side: a thread of this process waking every
+/// millisecond during the transfer, which shows what the machine itself did to wakeups.
+fn fast_transfer_p99_late_us(tag: &str) -> (u64, u64) {
     let bed = Bed::up(tag, &["--rate", "86mbit"]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let control = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut late = vec![];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let due = Instant::now() + Duration::from_millis(1);
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                late.push(Instant::now().saturating_duration_since(due).as_micros() as u64);
+            }
+            late.sort_unstable();
+            late.get(late.len() * 99 / 100).copied().unwrap_or(0)
+        })
+    };
     let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let control_p99 = control.join().unwrap();
     let share = share_of_bottleneck(&s, 86e6);
     assert!(share >= 0.85, "86 Mb/s: {share:.3} of the payload rate");
     let st = bed.status();
@@ -273,24 +291,30 @@ fn fast_transfer_p99_late_us(tag: &str) -> u64 {
     let stats = wait_delay_exit(&bed);
     let fwd = &stats["directions"][0];
     assert!(fwd["received"].as_u64().unwrap() > 50_000, "{fwd}");
-    fwd["late_p99_us"].as_u64().unwrap()
+    (fwd["late_p99_us"].as_u64().unwrap(), control_p99)
 }
 
-/// Lossless every time; punctual (p99 late release under 1 ms) in the better of at most
-/// two runs: on this 2-core VM one run in several has a p99 of 1.0–1.5 ms when something
-/// else on the host takes the delay line's CPU for a moment (seen in CI: 1 437 µs once,
-/// under 1 ms in every other run), which says nothing about the delay line itself.
+/// Lossless every time; punctual in the better of at most two runs: its p99 late release
+/// under 1 ms, or within 1 ms of what a plain timer thread measured beside it. On this 2-core
+/// VM the host sometimes takes the CPUs for milliseconds (CPU steal: CI once saw 1.4 ms, a
+/// later session 5–30 ms with the idle machine's steal counter climbing, and the code of the
+/// commit before passing and failing alike), which says nothing about the delay line itself.
 #[test]
 fn fast_path_delay_line_is_lossless_and_punctual() {
     let _g = serial();
+    let punctual = |(late, control): (u64, u64)| late < 1000 || late <= control + 1000;
     let first = fast_transfer_p99_late_us("e");
-    if first < 1000 {
+    if punctual(first) {
         return;
     }
     let second = fast_transfer_p99_late_us("e2");
     assert!(
-        second < 1000,
-        "p99 late release {first} us and then {second} us at 86 Mb/s"
+        punctual(second),
+        "p99 late release {} us (a timer thread beside it: {} us) and then {} us ({} us) at 86 Mb/s",
+        first.0,
+        first.1,
+        second.0,
+        second.1
     );
 }
 
