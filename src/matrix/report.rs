@@ -54,6 +54,25 @@ pub struct CellStatus {
     pub pair: Option<String>,
 }
 
+impl CellStatus {
+    /// A cell starting now: failed until its run says otherwise.
+    pub fn starting(name: &str, pair: Option<String>) -> CellStatus {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        CellStatus {
+            name: name.to_string(),
+            status: Status::Failed,
+            error: None,
+            send_exit: None,
+            sink_exit: None,
+            started_unix_s: now,
+            ended_unix_s: now,
+            pair,
+        }
+    }
+}
+
 /// summary.csv: one row per cell.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SummaryRow {

@@ -34,7 +34,7 @@ pub struct RunOptions {
     pub prefix: Option<String>,
 }
 
-fn now_unix_s() -> u64 {
+pub(super) fn now_unix_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -298,7 +298,7 @@ fn spawn_logged(args: &[String], log: &Path) -> Result<Child, String> {
         .map_err(|e| format!("cannot start {}: {e}", args[0]))
 }
 
-fn last_error_line(log: &Path, program: &str) -> Option<String> {
+pub(super) fn last_error_line(log: &Path, program: &str) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
     text.lines()
         .rev()
@@ -445,17 +445,7 @@ fn run_cell(
     kernel: Option<&Path>,
     signals: &StopSignals,
 ) -> (CellStatus, bool) {
-    let started = now_unix_s();
-    let mut st = CellStatus {
-        name: cell.name.clone(),
-        status: Status::Failed,
-        error: None,
-        send_exit: None,
-        sink_exit: None,
-        started_unix_s: started,
-        ended_unix_s: started,
-        pair: None,
-    };
+    let mut st = CellStatus::starting(&cell.name, None);
     let _ = std::fs::create_dir_all(dir);
     let names = wan::Names::new(prefix);
     let bins = bin_dir();

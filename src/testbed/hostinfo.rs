@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -41,15 +40,9 @@ pub struct Interface {
     pub ifb_qdiscs: Option<String>,
 }
 
-fn run(program: &str, args: &[&str]) -> Option<String> {
-    Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+/// A program's stdout, or None where it is missing or fails (a fact not known).
+fn run(program: &'static str, args: &[&str]) -> Option<String> {
+    super::cmd::Cmd::new(program, args).run().ok()
 }
 
 fn exists(dev: &str) -> bool {

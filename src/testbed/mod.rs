@@ -247,6 +247,27 @@ pub enum WanCmd {
     },
 }
 
+/// The interface and bottleneck of `shape apply` and `shape hold`.
+#[derive(Debug, Args)]
+pub struct ShapeArgs {
+    pub dev: String,
+    #[arg(long, value_parser = units::parse_rate_bps)]
+    pub rate: u64,
+    #[arg(long, default_value = "200ms", value_parser = units::parse_duration)]
+    pub queue: Duration,
+    #[arg(long)]
+    pub ingress: bool,
+}
+
+impl ShapeArgs {
+    fn bottleneck(&self) -> plan::Bottleneck {
+        plan::Bottleneck {
+            rate_bps: self.rate,
+            queue: self.queue,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ShapeCmd {
     /// Install HTB (egress, or ingress through an IFB) on DEV.
@@ -254,13 +275,8 @@ pub enum ShapeCmd {
         after_help = "Example (receiver of the report's experiment):\n  testbed/shape apply eth0 --rate 2mbit --queue 200ms --ingress --dry-run"
     )]
     Apply {
-        dev: String,
-        #[arg(long, value_parser = units::parse_rate_bps)]
-        rate: u64,
-        #[arg(long, default_value = "200ms", value_parser = units::parse_duration)]
-        queue: Duration,
-        #[arg(long)]
-        ingress: bool,
+        #[command(flatten)]
+        shape: ShapeArgs,
         /// Add a netem delay as the HTB leaf (kernels with sch_netem).
         #[arg(long, value_parser = units::parse_duration)]
         delay: Option<Duration>,
@@ -284,13 +300,8 @@ pub enum ShapeCmd {
         after_help = "Example (what sbm-matrix runs on a remote receiver):\n  ssh root@receiver sbm-testbed shape hold eth0 --rate 2mbit --queue 200ms --ingress"
     )]
     Hold {
-        dev: String,
-        #[arg(long, value_parser = units::parse_rate_bps)]
-        rate: u64,
-        #[arg(long, default_value = "200ms", value_parser = units::parse_duration)]
-        queue: Duration,
-        #[arg(long)]
-        ingress: bool,
+        #[command(flatten)]
+        shape: ShapeArgs,
     },
 }
 
@@ -494,24 +505,15 @@ fn run(cli: Cli) -> Result<i32, String> {
             Ok(0)
         }
         Top::Shape(ShapeCmd::Apply {
-            dev,
-            rate,
-            queue,
-            ingress,
+            shape,
             delay,
             dry_run,
-        }) => {
-            let b = plan::Bottleneck {
-                rate_bps: rate,
-                queue,
-            };
-            run_or_print(
-                &shape::apply_commands(&dev, &b, ingress, delay),
-                dry_run,
-                false,
-            )
-            .map(|()| 0)
-        }
+        }) => run_or_print(
+            &shape::apply_commands(&shape.dev, &shape.bottleneck(), shape.ingress, delay),
+            dry_run,
+            false,
+        )
+        .map(|()| 0),
         Top::Shape(ShapeCmd::Clear {
             dev,
             ingress,
@@ -520,19 +522,9 @@ fn run(cli: Cli) -> Result<i32, String> {
         Top::Shape(ShapeCmd::Show { dev }) => {
             run_or_print(&shape::show_commands(&dev), false, false).map(|()| 0)
         }
-        Top::Shape(ShapeCmd::Hold {
-            dev,
-            rate,
-            queue,
-            ingress,
-        }) => hold::hold(
-            &dev,
-            &plan::Bottleneck {
-                rate_bps: rate,
-                queue,
-            },
-            ingress,
-        ),
+        Top::Shape(ShapeCmd::Hold { shape }) => {
+            hold::hold(&shape.dev, &shape.bottleneck(), shape.ingress)
+        }
         Top::Host(HostCmd::Info { devs }) => {
             crate::say!(
                 "{}",

@@ -422,18 +422,8 @@ fn run_cell(
     shaping: HostShaping,
     stop: &AtomicBool,
 ) -> Outcome {
-    let started = crate::clock::realtime_ns() / 1_000_000_000;
     let mut o = Outcome {
-        st: CellStatus {
-            name: cell.name.clone(),
-            status: Status::Failed,
-            error: None,
-            send_exit: None,
-            sink_exit: None,
-            started_unix_s: started,
-            ended_unix_s: started,
-            pair: Some(s.pair.name.clone()),
-        },
+        st: CellStatus::starting(&cell.name, Some(s.pair.name.clone())),
         interrupted: false,
         pair_failed: None,
     };
@@ -458,7 +448,7 @@ fn run_cell(
     let fail = |mut o: Outcome, why: String| {
         o.st.error = Some(why.clone());
         o.pair_failed = Some(why);
-        o.st.ended_unix_s = crate::clock::realtime_ns() / 1_000_000_000;
+        o.st.ended_unix_s = run::now_unix_s();
         o
     };
     let (shaper, ingress) = match shaping {
@@ -637,23 +627,18 @@ fn run_cell(
         o.st.error.get_or_insert_with(|| e.clone());
         o.pair_failed = Some(e.clone());
     }
-    let send_log = dir.join("send.log");
     o.st.status = if o.interrupted {
         Status::Interrupted
     } else if o.st.send_exit == Some(0) && o.st.error.is_none() {
         Status::Ok
     } else {
         o.st.error.get_or_insert_with(|| {
-            let text = std::fs::read_to_string(&send_log).unwrap_or_default();
-            text.lines()
-                .rev()
-                .find(|l| l.starts_with("sbm-send:") || l.contains("error"))
-                .map(str::to_string)
+            run::last_error_line(&dir.join("send.log"), "sbm-send")
                 .unwrap_or_else(|| format!("sbm-send exited with {:?}", o.st.send_exit))
         });
         Status::Failed
     };
-    o.st.ended_unix_s = crate::clock::realtime_ns() / 1_000_000_000;
+    o.st.ended_unix_s = run::now_unix_s();
     o
 }
 
@@ -911,20 +896,11 @@ pub fn run_cells(
         let cell = cells[q.index];
         let dir = run_dir.join(&cell.name);
         let _ = std::fs::create_dir_all(&dir);
-        let now = crate::clock::realtime_ns() / 1_000_000_000;
-        let st = CellStatus {
-            name: cell.name.clone(),
-            status: Status::Failed,
-            error: Some(match &q.failed_on {
-                Some((p, why)) => format!("{p}: {why}; no other pair was left to retry it"),
-                None => format!("no pair was left to run it: {why_out}"),
-            }),
-            send_exit: None,
-            sink_exit: None,
-            started_unix_s: now,
-            ended_unix_s: now,
-            pair: q.failed_on.as_ref().map(|(p, _)| p.clone()),
-        };
+        let mut st = CellStatus::starting(&cell.name, q.failed_on.as_ref().map(|(p, _)| p.clone()));
+        st.error = Some(match &q.failed_on {
+            Some((p, why)) => format!("{p}: {why}; no other pair was left to retry it"),
+            None => format!("no pair was left to run it: {why_out}"),
+        });
         let result = run::store_cell(cell, &dir, &st);
         crate::say!("  {}: {result}", cell.name);
         exit = 1;
