@@ -241,12 +241,6 @@ impl Sshd {
     }
 }
 
-fn f(row: &Row, key: &str) -> f64 {
-    row[key]
-        .parse()
-        .unwrap_or_else(|_| panic!("{key} in {row:?}"))
-}
-
 /// Runs sbm-matrix in namespace `ns` (the sender's).
 fn matrix_in(ns: &str, file: &Path, out: &Path, timeout: Duration) -> Finished {
     let mut cmd = Command::new("ip");

@@ -479,6 +479,43 @@ fn light_mode_keeps_intervals_and_drops_the_per_write_work() {
     assert_eq!(sink.stop().code(), Some(0));
 }
 
+/// A timed run's goodput is made of the interval rows after the warm-up: its bytes are at
+/// most their sum (it starts from the bytes *sent* at the warm-up mark), and its window
+/// ends where the last row ends. Reading tcp_info again after the last row would count
+/// acks that no row holds; loopback acknowledges all the time, so that shows here.
+#[test]
+fn timed_goodput_is_the_sum_of_its_interval_rows() {
+    let _g = serial();
+    for round in 0..3 {
+        let RecordedRun { sink, out, res, .. } = recorded_run(
+            "goodput",
+            "127.0.0.1:0",
+            &["-t", "3s", "--warmup", "1s", "-i", "500ms", "--light"],
+        );
+        assert_eq!(res.code(), Some(0), "{}", res.stderr);
+        let rows = read_csv(&out.join("intervals.csv"));
+        let after: Vec<&Row> = rows.iter().filter(|r| r["warmup"] == "false").collect();
+        assert!(after.len() >= 3, "{rows:?}");
+        let acked: u64 = after.iter().map(|r| num(r, "bytes_acked").unwrap()).sum();
+        let s = read_json(&out.join("summary.json"));
+        let bytes = s["totals"]["goodput_bytes"].as_u64().unwrap();
+        assert!(
+            bytes <= acked,
+            "round {round}: goodput_bytes {bytes} above the {acked} B the rows after the warm-up acknowledged"
+        );
+        // Not vacuous: all but what was in flight at the warm-up mark.
+        assert!(bytes as f64 > 0.9 * acked as f64, "{bytes} of {acked}");
+        let last_end = f(after.last().unwrap(), "end_s");
+        let window = s["totals"]["goodput_window_s"].as_f64().unwrap();
+        let from = f(after[0], "start_s");
+        assert!(
+            (window - (last_end - from)).abs() < 0.05,
+            "window {window} s, rows {from}..{last_end} s"
+        );
+        assert_eq!(sink.stop().code(), Some(0));
+    }
+}
+
 /// `sbm-sink --once -J`: the connection's total as the only thing on stdout.
 #[test]
 fn sink_json_prints_the_connections_total_alone() {

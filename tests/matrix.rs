@@ -42,12 +42,6 @@ fn namespaces_with(prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn f(row: &Row, key: &str) -> f64 {
-    row[key]
-        .parse()
-        .unwrap_or_else(|_| panic!("{key} in {row:?}"))
-}
-
 #[test]
 fn quick_matrix_reproduces_the_reports_ordering_at_2mbit() {
     let _g = serial();
@@ -540,18 +534,38 @@ args = ["--fps", "30", "--frame-size", "6KB", "--stale", "latest", "--notsent-lo
         );
         assert!(change["error"].is_null(), "{change}");
     }
-    // The sender saw it: a second at 500 kb/s carries well under the 1.44 Mb/s of frames.
+    // The sender saw it. The frames' 1.44 Mb/s pass 2 Mb/s whole: some second before the
+    // dip and some second after it carry more than 1.2 Mb/s (one such second, not each: a
+    // host stall or a loss recovery can empty any one second). The dip's whole seconds,
+    // 2 to 4 s, carry at most 500 kb/s less framing, judged together: the drop to 500 kb/s
+    // overflows the queue, and the retransmission that fills the hole acknowledges in the
+    // next second what arrived in this one (seen: 301 then 660 kb/s).
     let intervals = read_csv(&cell.join("intervals.csv"));
-    let goodput = |start: f64| {
+    let goodput = |from: f64, to: f64| -> Vec<f64> {
         intervals
             .iter()
-            .find(|r| f(r, "start_s") == start)
+            .filter(|r| f(r, "start_s") >= from && f(r, "start_s") < to)
             .map(|r| f(r, "goodput_bps"))
-            .unwrap()
+            .collect()
     };
-    assert!(goodput(1.0) > 1.2e6, "before the dip: {}", goodput(1.0));
-    assert!(goodput(3.0) < 0.6e6, "in the dip: {}", goodput(3.0));
-    assert!(goodput(6.0) > 1.2e6, "after it: {}", goodput(6.0));
+    let shown: Vec<String> = intervals
+        .iter()
+        .map(|r| {
+            format!(
+                "{}-{} s: {} b/s, {} retransmits",
+                r["start_s"], r["end_s"], r["goodput_bps"], r["retransmits"]
+            )
+        })
+        .collect();
+    let best = |v: Vec<f64>| v.into_iter().fold(0.0, f64::max);
+    assert!(best(goodput(0.0, 2.0)) > 1.2e6, "before the dip: {shown:?}");
+    let dip = goodput(2.0, 4.0);
+    assert_eq!(dip.len(), 2, "{shown:?}");
+    assert!(
+        dip.iter().sum::<f64>() / 2.0 < 0.55e6,
+        "in the dip: {shown:?}"
+    );
+    assert!(best(goodput(5.0, 7.0)) > 1.2e6, "after it: {shown:?}");
     let summary = read_json(&cell.join("summary.json"));
     assert!(summary["content_age"]["dropped"].as_u64().unwrap() > 0);
 }

@@ -365,6 +365,13 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// A CSV field that must be a number.
+pub fn f(row: &Row, key: &str) -> f64 {
+    row[key]
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} in {row:?}"))
+}
+
 pub fn num(row: &Row, key: &str) -> Option<u64> {
     row.get(key)
         .filter(|v| !v.is_empty())

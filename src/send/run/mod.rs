@@ -490,8 +490,10 @@ impl<'a> Sender<'a> {
         if self.interval.start < now {
             self.emit_interval(now)?;
         }
-        let info = self.tcp_info().map_err(EndReason::local)?;
-        self.write_end = Some((now, info));
+        // The goodput ends with the very tcp_info the last interval row ended with: a
+        // second read would count acks that arrived in between in the summary but in no
+        // interval, and the summary must be the intervals' sum.
+        self.write_end = Some((now, self.prev_info.clone()));
         self.phase = Phase::Draining;
         Ok(())
     }
