@@ -330,6 +330,20 @@ fn every_committed_table_rebuilds_identically() {
             std::fs::read_to_string(run.join("table.md")).unwrap(),
             "{name}/table.md does not rebuild from its cells"
         );
+        // A picture only of what ran: no cell plot without the cell's directory (a run
+        // still in progress has cells that have not run yet).
+        for plot in std::fs::read_dir(copy.join("plots")).unwrap().flatten() {
+            let file = plot.file_name().to_string_lossy().into_owned();
+            if let Some(cell) = file
+                .strip_prefix("cell-")
+                .and_then(|f| f.strip_suffix(".svg"))
+            {
+                assert!(
+                    copy.join(cell).is_dir(),
+                    "{name}: plots/{file} drawn for a cell that has not run"
+                );
+            }
+        }
         checked.push(name);
     }
     assert!(checked.len() >= 5, "only {checked:?} checked");

@@ -959,7 +959,14 @@ fn write_plots(
                 ..Default::default()
             });
         }
-        write(&format!("cell-{}.svg", c.name), &charts)?;
+        let name = format!("cell-{}.svg", c.name);
+        if charts.is_empty() {
+            // Not run yet (or nothing recorded): no picture, and none left from an earlier
+            // report; the cell's page says what the directory holds.
+            let _ = std::fs::remove_file(plots.join(&name));
+            continue;
+        }
+        write(&name, &charts)?;
     }
     if !spec.axes.cpu_quota.is_empty() {
         write(
