@@ -2,6 +2,10 @@
 //! patches and the UML config fragment — so that `cargo install --path .` gives binaries
 //! that work without the source tree (src/embedded.rs writes them out when the tree is
 //! gone). Generates `$OUT_DIR/embedded_files.rs`: two lists of (relative path, bytes).
+//!
+//! Also compiles the BPF programs in `bpf/` with clang into `$OUT_DIR/NAME.bpf.o`, which
+//! src/bpf embeds and loads; without clang the build stops with one line saying what to
+//! install.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -34,6 +38,43 @@ fn list(name: &str, root: &Path, paths: &[PathBuf]) -> String {
     s
 }
 
+/// The BPF programs, each `bpf/NAME.bpf.c` built into `$OUT_DIR/NAME.bpf.o`.
+const BPF_PROGRAMS: &[&str] = &["replenish", "trace"];
+
+fn build_bpf(manifest: &Path, out: &Path) {
+    let clang = std::env::var_os("CLANG").unwrap_or_else(|| "clang".into());
+    let found = std::process::Command::new(&clang)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!(
+            "build.rs: the BPF programs in bpf/ need clang ({}): apt install clang libelf-dev zlib1g-dev pkg-config (or run scripts/setup)",
+            clang.to_string_lossy()
+        );
+        std::process::exit(1);
+    }
+    for name in BPF_PROGRAMS {
+        let src = manifest.join(format!("bpf/{name}.bpf.c"));
+        println!("cargo:rerun-if-changed={}", src.display());
+        let obj = out.join(format!("{name}.bpf.o"));
+        let mut b = libbpf_cargo::SkeletonBuilder::new();
+        b.source(&src).obj(&obj).clang(&clang);
+        // Debian keeps asm/ under the multiarch directory, which clang -target bpf does not
+        // search by itself.
+        let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+        let multiarch = PathBuf::from(format!("/usr/include/{arch}-linux-gnu"));
+        if multiarch.is_dir() {
+            b.clang_args([format!("-I{}", multiarch.display())]);
+        }
+        if let Err(e) = b.build() {
+            eprintln!("build.rs: compiling {}: {e:#}", src.display());
+            std::process::exit(1);
+        }
+    }
+    println!("cargo:rerun-if-env-changed=CLANG");
+}
+
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let presets_root = manifest.join("scripts/matrices");
@@ -50,4 +91,5 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
     let text = list("PRESETS", &presets_root, &presets) + &list("KERNEL", &kernel_root, &kernel);
     std::fs::write(out.join("embedded_files.rs"), text).expect("OUT_DIR is writable");
+    build_bpf(&manifest, &out);
 }

@@ -15,6 +15,7 @@ pub fn commands() -> Vec<clap::Command> {
         crate::delay::DelayArgs::command(),
         crate::testbed::Cli::command(),
         crate::matrix::Cli::command(),
+        crate::trace::cli::TraceArgs::command(),
     ]
 }
 
@@ -84,6 +85,7 @@ mod tests {
             "sbm-matrix.1",
             "sbm-matrix-run.1",
             "sbm-matrix-generate-man.1",
+            "sbm-trace.1",
         ] {
             assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
         }

@@ -23,6 +23,9 @@
 //!   invitation) as pure clocks and queues, `send::content_age` each frame's life to the
 //!   sink.
 //! - [`sink`]: sbm-sink, the discard receiver (bounded connections, idle timeout, back-off).
+//! - [`bpf`]: the BPF programs of `bpf/` loaded and attached (libbpf-rs): a fresh cgroup
+//!   v2 directory, TCP_REPLENISH_TIME as a sock_ops program, the tracer's events.
+//! - [`trace`]: sbm-trace, per-write timing of unmodified programs' connections.
 //! - [`sys`]: the only unsafe code: raw syscalls.
 //! - [`delay`]: sbm-delay, the test bed's NFQUEUE delay line.
 //! - [`testbed`]: sbm-testbed, the emulated WAN path and real-host shaping.
@@ -39,6 +42,7 @@
 //! - [`addr`], [`cli`], [`clock`], [`ne`], [`signals`], [`sysinfo`]: small helpers.
 
 pub mod addr;
+pub mod bpf;
 pub mod cli;
 pub mod clock;
 pub mod delay;
@@ -58,6 +62,7 @@ pub mod sys;
 pub mod sysinfo;
 pub mod tcpinfo;
 pub mod testbed;
+pub mod trace;
 pub mod tstamp;
 pub mod units;
 pub mod wire;

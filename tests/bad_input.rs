@@ -282,6 +282,20 @@ const CASES: &[Case] = &[
     ("testbed/wan", &["up", "--rate", "fast"], 2, "--rate"),
     ("testbed/shape", &["apply"], 2, "<DEV>"),
     ("testbed/uml", &["run", "--mem", "x"], 2, "--mem"),
+    ("sbm-send", &["-c", C, "--replenish-time", "15ms", "--replenish-impl", "bpf", "--rate-estimator", "cwnd"], 2, "delivery estimator only"),
+    ("sbm-trace", &[], 2, "COMMAND"),
+    ("sbm-trace", &["--cgroup", "/nonexistent/cg", "--", "true"], 2, "--cgroup"),
+    ("sbm-trace", &["--cgroup", "/nonexistent/cg"], 1, "/nonexistent/cg"),
+    ("sbm-trace", &["--time", "soon", "--", "true"], 2, "--time"),
+    ("sbm-trace", &["--port", "70000", "--", "true"], 2, "--port"),
+    ("sbm-trace", &["--out", "/proc/no/such/dir", "--cgroup", "/nonexistent/cg"], 1, "/nonexistent/cg"),
+    ("sbm-trace", &["--interval", "0s", "--", "true"], 2, "--interval"),
+    ("sbm-trace", &["--warmup", "x", "--", "true"], 2, "--warmup"),
+    ("sbm-trace", &["--no-timestamps=1", "--", "true"], 2, "--no-timestamps"),
+    ("sbm-trace", &["--replenish-time", "fast", "--", "true"], 2, "--replenish-time"),
+    ("sbm-trace", &["--threshold-test", "half", "--", "true"], 2, "--replenish-time"),
+    ("sbm-trace", &["--quiet=1", "--", "true"], 2, "--quiet"),
+    ("sbm-trace", &["--json=1", "--", "true"], 2, "--json"),
 ];
 
 #[test]
@@ -329,6 +343,11 @@ fn the_table_covers_every_flag() {
     flags(&sbm::delay::DelayArgs::command(), &mut wanted, "sbm-delay");
     flags(&sbm::testbed::Cli::command(), &mut wanted, "sbm-testbed");
     flags(&sbm::matrix::Cli::command(), &mut wanted, "sbm-matrix");
+    flags(
+        &sbm::trace::cli::TraceArgs::command(),
+        &mut wanted,
+        "sbm-trace",
+    );
     let mut covered = BTreeSet::new();
     for (prog, args, _, _) in CASES {
         let prog = match *prog {

@@ -3,47 +3,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
 use nix::sys::signal::Signal;
-
-impl Bed {
-    /// Runs sbm-send in snd against a sink in rcv; returns the summary.
-    fn transfer(&self, args: &[&str]) -> serde_json::Value {
-        self.transfer_to(args).0
-    }
-
-    /// The same, with the output directory.
-    fn transfer_to(&self, args: &[&str]) -> (serde_json::Value, PathBuf) {
-        let sink = Sink::start_in(&self.ns("rcv"), "198.18.2.1:5301", &["-q"]);
-        let out = tempdir(&format!("{}-send", self.prefix));
-        let send = bin("sbm-send");
-        let snd = self.ns("snd");
-        let mut all = vec![
-            "netns",
-            "exec",
-            &snd,
-            send.to_str().unwrap(),
-            "--connect",
-            &sink.addr,
-            "--out",
-            out.to_str().unwrap(),
-            "-q",
-        ];
-        // No wait for outstanding reports unless the test asks for one.
-        if !args.contains(&"--drain-timeout") {
-            all.extend(["--drain-timeout", "0s"]);
-        }
-        all.extend_from_slice(args);
-        let res = Running::spawn_program("ip", &all).wait(Duration::from_secs(120));
-        assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
-        sink.stop();
-        (read_json(&out.join("summary.json")), out)
-    }
-}
 
 /// Nothing with this prefix: no namespace, no state, no delay line.
 fn assert_nothing_left(prefix: &str) {
@@ -115,14 +80,7 @@ fn idle_path_rtt_matches_the_request_and_both_directions_are_delayed() {
     }
 }
 
-/// Goodput after 5 s of warm-up as a share of the payload rate the HTB allows.
-/// The goodput a bottleneck of `rate_bps` allows at the run's MSS (66 bytes of headers on
-/// the wire per segment).
-fn payload_rate(summary: &serde_json::Value, rate_bps: f64) -> f64 {
-    let mss = summary["mss"].as_f64().unwrap();
-    rate_bps * mss / (mss + 66.0)
-}
-
+/// Goodput after the warm-up as a share of the payload rate the HTB allows.
 fn share_of_bottleneck(summary: &serde_json::Value, rate_bps: f64) -> f64 {
     summary["totals"]["goodput_bps"].as_f64().unwrap() / payload_rate(summary, rate_bps)
 }

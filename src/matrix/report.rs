@@ -150,6 +150,10 @@ pub struct SummaryRow {
     /// BBR cells: the share of the intervals after the warm-up in each mode
     /// (`PROBE_BW=0.950;PROBE_RTT=0.050`, intervals.csv `bbr_mode`).
     pub bbr_mode_shares: Option<String>,
+    /// The share of the intervals after the warm-up whose goodput was below half the
+    /// bottleneck's rate: how much of a run a flow spent in a collapsed state (runs that
+    /// flip between states differ here, not only in their mean).
+    pub share_below_half_rate: Option<f64>,
 }
 
 /// Jain's fairness index of `x`: 1 when all are equal, 1/n when one has everything.
@@ -181,6 +185,8 @@ pub struct CellFiles {
     /// Cells of several flows: sbm-send's flows.json.
     pub flows: Option<crate::report::schema::FlowsSummary>,
     pub bbr_mode_shares: Option<String>,
+    /// intervals.csv's goodput of every interval after the warm-up, bit/s.
+    pub interval_goodputs: Vec<f64>,
 }
 
 impl CellFiles {
@@ -199,6 +205,7 @@ impl CellFiles {
             recovery: super::recovery::of_cell(dir),
             flows: json("flows.json").and_then(|v| serde_json::from_value(v).ok()),
             bbr_mode_shares: bbr_mode_shares(dir),
+            interval_goodputs: after_warmup(dir, "goodput_bps"),
         }
     }
 }
@@ -306,6 +313,18 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         }),
         jain_index: flow_goodputs.as_deref().and_then(jain_index),
         bbr_mode_shares: files.bbr_mode_shares.clone(),
+        share_below_half_rate: cell
+            .rate_bps
+            .filter(|&r| r > 0 && !files.interval_goodputs.is_empty())
+            .map(|rate| {
+                let half = rate as f64 / 2.0;
+                let below = files
+                    .interval_goodputs
+                    .iter()
+                    .filter(|&&g| g < half)
+                    .count();
+                below as f64 / files.interval_goodputs.len() as f64
+            }),
     }
 }
 
@@ -1076,19 +1095,27 @@ fn content_age_series(dir: &Path) -> Vec<Series> {
 }
 
 fn median_after_warmup(dir: &Path, column: &str) -> Option<f64> {
+    median(after_warmup(dir, column))
+}
+
+/// intervals.csv's `column` in every row after the warm-up (empty without the file or the
+/// column).
+fn after_warmup(dir: &Path, column: &str) -> Vec<f64> {
     let Ok(mut r) = csv::Reader::from_path(dir.join("intervals.csv")) else {
-        return None;
+        return vec![];
     };
     let headers = r.headers().cloned().unwrap_or_default();
-    let iw = headers.iter().position(|h| h == "warmup")?;
-    let ic = headers.iter().position(|h| h == column)?;
-    median(
-        r.records()
-            .map_while(Result::ok)
-            .filter(|rec| rec.get(iw) == Some("false"))
-            .filter_map(|rec| rec.get(ic)?.parse::<f64>().ok())
-            .collect(),
-    )
+    let (Some(iw), Some(ic)) = (
+        headers.iter().position(|h| h == "warmup"),
+        headers.iter().position(|h| h == column),
+    ) else {
+        return vec![];
+    };
+    r.records()
+        .map_while(Result::ok)
+        .filter(|rec| rec.get(iw) == Some("false"))
+        .filter_map(|rec| rec.get(ic)?.parse::<f64>().ok())
+        .collect()
 }
 
 /// For CPU-slice cells (and quota cells beside them): goodput and BBR's bandwidth estimate
@@ -1293,6 +1320,7 @@ mod tests {
             flow_goodputs_bps: None,
             jain_index: None,
             bbr_mode_shares: None,
+            share_below_half_rate: None,
         }
     }
 

@@ -27,6 +27,9 @@ pub enum ReplenishImpl {
     Emulated,
     /// The rule in userspace, woken by a timer at the predicted drain time (no lowat).
     EmulatedTimer,
+    /// A sock_ops BPF program keeps TCP_NOTSENT_LOWAT at drain rate × T (stock kernel,
+    /// root): the kernel's EPOLLOUT invites, as it would for any program.
+    Bpf,
 }
 
 impl ReplenishImpl {
@@ -37,6 +40,7 @@ impl ReplenishImpl {
             ReplenishImpl::Kernel => "kernel",
             ReplenishImpl::Emulated => "emulated",
             ReplenishImpl::EmulatedTimer => "emulated-timer",
+            ReplenishImpl::Bpf => "bpf",
         }
     }
 }
@@ -94,6 +98,9 @@ pub enum Gate {
     Kernel { info_optname: Option<u32> },
     /// The userspace emulation decides; EPOLLOUT only wakes it.
     Emulated(EmulatedGate),
+    /// The BPF program sets NOTSENT_LOWAT and every EPOLLOUT is an invitation; its view of
+    /// the rule is read back per invitation (`crate::bpf::replenish::socket_state`).
+    Bpf,
 }
 
 /// The emulated rule's live state between decisions: what it last set NOTSENT_LOWAT to,
@@ -219,11 +226,17 @@ impl EmulatedGate {
 }
 
 impl Gate {
+    /// Every EPOLLOUT is an invitation (the kernel decides, with or without a program
+    /// setting its lowat); false when the emulation decides.
+    pub fn kernel_invites(&self) -> bool {
+        !matches!(self, Gate::Emulated(_))
+    }
+
     /// The emulation's timer, if it runs one.
     pub fn next_check(&self) -> Option<Instant> {
         match self {
             Gate::Emulated(g) => g.next_check(),
-            Gate::Kernel { .. } => None,
+            Gate::Kernel { .. } | Gate::Bpf => None,
         }
     }
 }
@@ -242,6 +255,10 @@ pub enum GateError {
     NoReadback { optname: u32, asked: u64, got: i64 },
     #[error("--notsent-lowat cannot be combined with an emulated --replenish-time: the emulation drives TCP_NOTSENT_LOWAT itself (the kernel impl enforces both)")]
     LowatWithEmulation,
+    #[error("--notsent-lowat cannot be combined with --replenish-impl bpf: the BPF program sets TCP_NOTSENT_LOWAT itself")]
+    LowatWithBpf,
+    #[error("--replenish-impl bpf: the BPF program is not running in this process (sbm-send starts it before connecting)")]
+    BpfNotRunning,
     #[error("{0}")]
     Sys(String),
 }
@@ -265,6 +282,9 @@ pub fn check_lowat_combination(
     );
     if emulated && notsent_lowat.is_some() {
         return Err(GateError::LowatWithEmulation);
+    }
+    if implementation == ReplenishImpl::Bpf && notsent_lowat.is_some() {
+        return Err(GateError::LowatWithBpf);
     }
     Ok(())
 }
@@ -317,6 +337,22 @@ pub fn setup(
             report.sub_mss_clause = kernel_sub_mss_clause(nodelay);
             report.kernel_view();
             return Ok((kernel_gate(n), report, Some(opt)));
+        }
+        ReplenishImpl::Bpf => {
+            check_lowat_combination(ReplenishImpl::Bpf, notsent_lowat)?;
+            if !crate::bpf::replenish::is_running() {
+                return Err(GateError::BpfNotRunning);
+            }
+            report.implementation = Some(ReplenishImpl::Bpf);
+            report.rate_estimator = Some(RateEstimator::Delivery);
+            report.note = Some(format!(
+                "bpf: TCP_NOTSENT_LOWAT = {} × drain rate × T, set per RTT by a sock_ops program; it also gates sendmsg",
+                match r.test {
+                    ThresholdTest::Hysteresis => 2,
+                    ThresholdTest::Half => 1,
+                }
+            ));
+            return Ok((Gate::Bpf, report, None));
         }
         ReplenishImpl::Auto => match optname {
             Some(n) => match set_kernel_option(fd, n, time_us) {

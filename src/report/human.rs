@@ -211,6 +211,28 @@ pub fn send_summary_text(s: &SendSummary) -> String {
     } else if let Some(e) = &r.error {
         let _ = writeln!(out, "receiver: {e}");
     }
+    if let Some(b) = &s.bpf {
+        let _ = writeln!(
+            out,
+            "bpf: drain rate {} ({}), threshold {}, lowat {}; {} updates from {} rate samples ({} app-limited not used, {} spikes dropped){}",
+            BitRate(b.rate_bytes_per_s as f64 * 8.0),
+            b.rate_source,
+            Bytes(b.threshold_bytes),
+            Bytes(u64::from(b.lowat_bytes)),
+            b.updates,
+            b.samples,
+            b.app_limited_skipped,
+            b.spikes_dropped,
+            if b.setsockopt_errors > 0 {
+                format!(
+                    "; bpf_setsockopt failed {} times (last error {})",
+                    b.setsockopt_errors, b.last_error
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     if let Some(c) = &s.content_age {
         let _ = writeln!(
             out,
@@ -291,6 +313,7 @@ pub fn policy_line(p: &crate::replenish::PolicyReport) -> String {
                 crate::replenish::ReplenishImpl::Emulated => "emulated (NOTSENT_LOWAT wakeups)",
                 crate::replenish::ReplenishImpl::EmulatedTimer => "emulated (timer wakeups)",
                 crate::replenish::ReplenishImpl::Auto => "auto",
+                crate::replenish::ReplenishImpl::Bpf => "bpf (sock_ops sets NOTSENT_LOWAT)",
             }),
             p.optname
                 .map_or(String::new(), |n| format!(" (option {n})")),

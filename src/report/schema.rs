@@ -538,6 +538,98 @@ pub struct SinkReply {
     pub quickack: Option<bool>,
 }
 
+/// The BPF replenish program's view of one socket (`--replenish-impl bpf`): its drain-rate
+/// estimate, the threshold and lowat it last computed, and its counters.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct BpfSocketState {
+    /// The drain-rate estimate, bytes/s (0: no sample yet).
+    pub rate_bytes_per_s: u64,
+    /// rate × T, bytes.
+    pub threshold_bytes: u64,
+    /// TCP_NOTSENT_LOWAT as the program last set it.
+    pub lowat_bytes: u32,
+    /// sample | app-limited-sample | cwnd-srtt | none
+    pub rate_source: Cow<'static, str>,
+    /// Lowat computations (one per RTT callback, and one when the connection was set up).
+    pub updates: u64,
+    /// Delivery-rate samples seen.
+    pub samples: u64,
+    /// Application-limited samples not used (below the estimate).
+    pub app_limited_skipped: u64,
+    /// Samples above twice cwnd × MSS / min_rtt, dropped.
+    pub spikes_dropped: u64,
+    /// bpf_setsockopt(TCP_NOTSENT_LOWAT) failures, and the last one's error.
+    pub setsockopt_errors: u64,
+    pub last_error: i32,
+}
+
+/// OUT/conn-N/summary.json of sbm-trace: one traced connection.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct TraceConnSummary {
+    /// N of conn-N, in the order connections were established.
+    pub id: u32,
+    /// The kernel's socket cookie.
+    pub cookie: u64,
+    pub local: String,
+    pub remote: String,
+    pub established_unix_ns: u64,
+    /// The connection closed while traced.
+    pub closed: bool,
+    /// Send calls that queued data, and their bytes.
+    pub writes: u64,
+    pub bytes_written: u64,
+    /// Bytes that left the socket (highest sequence number sent) and were acknowledged.
+    pub bytes_sent: u64,
+    pub bytes_acked: u64,
+    /// Sojourn from the TX_SCHED reports over exact and coalesced rows after the warm-up.
+    pub sojourn: Percentiles,
+    /// The exact departure of each write's last byte − its write time, after the warm-up.
+    pub sojourn_depart: Percentiles,
+    pub attribution_after_warmup: AttributionCounts,
+    /// Reports and departures the program delivered for this connection.
+    pub sched_reports: u64,
+    pub snd_reports: u64,
+    pub ack_reports: u64,
+    pub departures: u64,
+    /// The kernel refused BPF TX timestamping on this connection (its error number).
+    pub timestamping_error: Option<i32>,
+}
+
+/// OUT/trace.json of sbm-trace (and its -J output).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct TraceSummary {
+    pub schema_version: u32,
+    pub sbm_version: Cow<'static, str>,
+    pub kernel_release: String,
+    /// The traced command (empty with --cgroup) and the cgroup it ran in.
+    pub command: Vec<String>,
+    pub cgroup: String,
+    pub started_unix_ns: u64,
+    pub duration_s: f64,
+    pub end_reason: String,
+    /// The command's exit status (None: killed by a signal, or --cgroup).
+    pub exit_status: Option<i32>,
+    /// BPF TX timestamping asked for (false: --no-timestamps).
+    pub timestamping: bool,
+    pub port: Option<u16>,
+    pub warmup_s: f64,
+    /// --replenish-time, µs, when the BPF rule ran on the traced connections.
+    pub replenish_time_us: Option<u64>,
+    pub connections: Vec<TraceConnSummary>,
+    /// The tracer's own cost: events taken from the ring buffer, their rate, events the
+    /// program could not queue (ring buffer full) and records that did not decode; its CPU
+    /// time (userspace and kernel time of sbm-trace itself, not of the BPF program).
+    pub events: u64,
+    pub events_per_s: f64,
+    pub events_lost: u64,
+    pub events_malformed: u64,
+    pub resources: Resources,
+    pub cpu_share: f64,
+}
+
 /// The version of summary.json's layout. Raised when a field changes meaning or goes;
 /// new fields are added with defaults, so older summaries still read.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 2;
@@ -588,6 +680,9 @@ pub struct SendSummary {
     /// Application-limited sources only: the content's age (frames.csv, content-age.csv).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content_age: Option<ContentAgeSummary>,
+    /// `--replenish-impl bpf` only: the program's view of the socket at the end of the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bpf: Option<BpfSocketState>,
     pub attribution: AttributionCounts,
     pub attribution_after_warmup: AttributionCounts,
     pub reports: ReportCounts,

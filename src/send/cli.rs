@@ -124,7 +124,9 @@ pub struct SendArgs {
     pub replenish_time: Option<Duration>,
 
     /// Who implements --replenish-time: auto = the kernel when it announces the option,
-    /// else the userspace emulation.
+    /// else the userspace emulation; bpf = a sock_ops program (root, cgroup v2) that keeps
+    /// TCP_NOTSENT_LOWAT at 2 × drain rate × T (`--threshold-test half`: 1 ×) on a stock
+    /// kernel.
     #[arg(long, value_enum, default_value_t = ReplenishImpl::Auto, requires = "replenish_time")]
     pub replenish_impl: ReplenishImpl,
 
@@ -437,6 +439,14 @@ impl SendArgs {
         if replenish_time.is_some() {
             replenish::check_lowat_combination(self.replenish_impl, self.notsent_lowat)
                 .map_err(|e| e.to_string())?;
+            if self.replenish_impl == ReplenishImpl::Bpf
+                && self.rate_estimator != crate::replenish::RateEstimator::Delivery
+            {
+                return Err(format!(
+                    "--replenish-impl bpf implements the delivery estimator only (not {})",
+                    self.rate_estimator.name()
+                ));
+            }
         }
         if self.paced_start.is_some() && self.burst > 1 {
             return Err(

@@ -29,6 +29,8 @@ where
             status: e.exit_status(),
             message: e.to_string(),
         })?;
+        // Before any socket exists: the program acts on sockets created in its cgroup.
+        let _bpf = start_bpf_replenish(&cfg).map_err(crate::cli::Failure::env)?;
         if parallel > 1 {
             return run_parallel(&cfg, parallel, json);
         }
@@ -43,6 +45,36 @@ where
         }
         Ok(outcome.exit_code)
     })
+}
+
+/// `--replenish-impl bpf`: the sock_ops program, attached to a fresh cgroup this process
+/// joins, looking after connections to the sink's port; detached when dropped.
+fn start_bpf_replenish(
+    cfg: &SendConfig,
+) -> Result<Option<crate::bpf::replenish::BpfReplenish>, crate::bpf::BpfError> {
+    use crate::bpf::replenish::{BpfReplenish, Settings, SubMss, Wake};
+    use crate::replenish::{ReplenishImpl, ThresholdTest};
+    let Some(r) = cfg
+        .replenish
+        .as_ref()
+        .filter(|r| r.implementation == ReplenishImpl::Bpf)
+    else {
+        return Ok(None);
+    };
+    let settings = Settings {
+        time: r.time,
+        wake: match r.test {
+            ThresholdTest::Hysteresis => Wake::AtThreshold,
+            ThresholdTest::Half => Wake::AtHalf,
+        },
+        sub_mss: match (r.sub_mss_clause, r.clause_under_nodelay) {
+            (false, _) => SubMss::Off,
+            (true, false) => SubMss::WithNagle,
+            (true, true) => SubMss::Always,
+        },
+        port: Some(cfg.peer.port()),
+    };
+    BpfReplenish::start(&settings).map(Some)
 }
 
 /// `-P N`: the flows, their totals (or `-J`'s document) and flows.json beside their

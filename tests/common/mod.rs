@@ -24,6 +24,7 @@ pub fn bin(name: &str) -> PathBuf {
     match name {
         "sbm-send" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-send")),
         "sbm-sink" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-sink")),
+        "sbm-trace" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-trace")),
         other => panic!("unknown binary {other}"),
     }
 }
@@ -542,4 +543,46 @@ impl Drop for Bed {
     fn drop(&mut self) {
         testbed(&["wan", "down", "--prefix", &self.prefix]);
     }
+}
+
+impl Bed {
+    /// Runs sbm-send in snd against a sink in rcv; returns the summary.
+    pub fn transfer(&self, args: &[&str]) -> serde_json::Value {
+        self.transfer_to(args).0
+    }
+
+    /// The same, with the output directory.
+    pub fn transfer_to(&self, args: &[&str]) -> (serde_json::Value, PathBuf) {
+        let sink = Sink::start_in(&self.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+        let out = tempdir(&format!("{}-send", self.prefix));
+        let send = bin("sbm-send");
+        let snd = self.ns("snd");
+        let mut all = vec![
+            "netns",
+            "exec",
+            &snd,
+            send.to_str().unwrap(),
+            "--connect",
+            &sink.addr,
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ];
+        // No wait for outstanding reports unless the test asks for one.
+        if !args.contains(&"--drain-timeout") {
+            all.extend(["--drain-timeout", "0s"]);
+        }
+        all.extend_from_slice(args);
+        let res = Running::spawn_program("ip", &all).wait(Duration::from_secs(120));
+        assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+        sink.stop();
+        (read_json(&out.join("summary.json")), out)
+    }
+}
+
+/// The goodput a bottleneck of `rate_bps` allows at the run's MSS (66 bytes of headers on
+/// the wire per segment).
+pub fn payload_rate(summary: &serde_json::Value, rate_bps: f64) -> f64 {
+    let mss = summary["mss"].as_f64().unwrap();
+    rate_bps * mss / (mss + 66.0)
 }

@@ -385,12 +385,48 @@ impl<'a> Sender<'a> {
                 }
                 // The emulation decides on its next step; EPOLLOUT only woke it.
                 Gate::Emulated(ref mut gate) => gate.kernel_woke(),
+                Gate::Bpf => {
+                    // The program's threshold and rate when the kernel invited.
+                    self.last_decision = self.bpf_decision();
+                    let threshold = self.last_decision.and_then(|d| d.threshold);
+                    self.write_once(threshold, "bpf-lowat")?;
+                }
             }
         }
         Ok(())
     }
 
+    /// The BPF program's current view of the rule for this socket, as a decision.
+    fn bpf_decision(&self) -> Option<replenish::Decision> {
+        let st = crate::bpf::replenish::socket_state(self.sock.as_fd())?;
+        Some(replenish::Decision {
+            writable: true,
+            reason: replenish::rule::Reason::BelowThreshold,
+            threshold: Some(st.threshold_bytes),
+            rate: (st.rate_source != "none").then_some(if st.rate_bytes_per_s > 0 {
+                st.rate_bytes_per_s as f64
+            } else {
+                // cwnd/srtt before the first sample: threshold = rate × T.
+                st.threshold_bytes as f64 * 1e6
+                    / self
+                        .cfg
+                        .replenish
+                        .as_ref()
+                        .map_or(1, |r| r.time.as_micros().max(1)) as f64
+            }),
+            source: match st.rate_source.as_ref() {
+                "sample" => replenish::rule::RateSource::Sample,
+                "app-limited-sample" => replenish::rule::RateSource::AppLimitedSample,
+                "cwnd-srtt" => replenish::rule::RateSource::CwndSrtt,
+                _ => replenish::rule::RateSource::None,
+            },
+        })
+    }
+
     fn emit_interval(&mut self, end: Duration) -> Result<(), EndReason> {
+        if matches!(self.gate, Gate::Bpf) {
+            self.last_decision = self.bpf_decision();
+        }
         let info = self.tcp_info().map_err(EndReason::local)?;
         let p = &self.prev_info;
         let delta = |now: Option<u64>, before: Option<u64>| {
@@ -726,7 +762,7 @@ pub fn run_with_stop(cfg: &SendConfig, signals: StopSource) -> Result<SendOutcom
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(os("epoll_create1"))?;
     // With the kernel deciding, every EPOLLOUT is an invitation; the emulation asks for
     // EPOLLOUT only when it waits for the kernel.
-    let kernel_gate = matches!(gate, Gate::Kernel { .. });
+    let kernel_gate = gate.kernel_invites();
     let mut interest = if kernel_gate {
         EpollFlags::EPOLLOUT
     } else {
@@ -777,7 +813,7 @@ pub fn run_with_stop(cfg: &SendConfig, signals: StopSource) -> Result<SendOutcom
         (Some(every), Some(dir)) => {
             let info_optname = match &gate {
                 Gate::Kernel { info_optname } => *info_optname,
-                Gate::Emulated(_) => None,
+                Gate::Emulated(_) | Gate::Bpf => None,
             };
             let fd = sock
                 .as_fd()

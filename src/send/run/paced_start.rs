@@ -44,7 +44,7 @@ impl Sender<'_> {
                 "paced start: ended at {:.2} s; the readiness rule takes over",
                 now.as_secs_f64()
             );
-            if matches!(self.gate, Gate::Kernel { .. }) {
+            if self.gate.kernel_invites() {
                 self.set_out_interest(true)?;
             }
             return Ok(());

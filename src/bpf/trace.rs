@@ -1,0 +1,286 @@
+//! The tracer's BPF side: bpf/trace.bpf.c loaded, configured and attached to a cgroup, and
+//! its ring buffer read back as [`TraceEvent`]s (sequence numbers raw, times on
+//! CLOCK_MONOTONIC as the program took them).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::rc::Rc;
+use std::time::Duration;
+
+use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, RingBuffer, RingBufferBuilder};
+
+use super::{capture_libbpf_log, libbpf_log_tail, require_root, BpfError};
+
+const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/trace.bpf.o"));
+const PROGRAM: &str = "sbm_trace";
+const CONFIG_MAP: &str = "sbm_trace_config";
+const EVENTS_MAP: &str = "sbm_events";
+const LOST_MAP: &str = "sbm_lost";
+/// `struct sbm_event`, padded to its 8-byte alignment.
+const EVENT_LEN: usize = 80;
+
+/// What the program is started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceSettings {
+    /// Only connections with this local or remote port (None: every TCP connection).
+    pub port: Option<u16>,
+    /// Ask for BPF TX timestamping (Linux 6.15+): per-write SCHED/SND/ACK times.
+    pub timestamping: bool,
+}
+
+/// What one callback reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// The connection is set up; `seq` is its first data sequence number.
+    Established,
+    /// A sendmsg() queued data; `seq` is the write's end (last byte + 1).
+    Write,
+    /// TX timestamps of the skb whose key (`seq`) is the last byte of the write that last
+    /// touched it.
+    Sched,
+    Snd,
+    Ack,
+    /// A segment took the highest sent sequence number to `seq` (its end).
+    Depart,
+    Closed,
+    /// Enabling BPF TX timestamping failed on this connection (`aux` = the error).
+    NoTimestamping,
+}
+
+/// One event of one connection (`cookie`: the kernel's socket cookie).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceEvent {
+    pub cookie: u64,
+    pub mono_ns: u64,
+    pub kind: EventKind,
+    pub seq: u32,
+    pub snd_nxt: u32,
+    pub snd_una: u32,
+    pub aux: i32,
+    /// Set on `Established` only.
+    pub local: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
+}
+
+/// `struct sbm_event` decoded; None for a short or unknown record.
+pub fn parse_event(b: &[u8]) -> Option<TraceEvent> {
+    let b = b.get(..EVENT_LEN)?;
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map(|s| u64::from_ne_bytes(s.try_into().unwrap()))
+    };
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map(|s| u32::from_ne_bytes(s.try_into().unwrap()))
+    };
+    let u16_at = |o: usize| {
+        b.get(o..o + 2)
+            .map(|s| u16::from_ne_bytes(s.try_into().unwrap()))
+    };
+    let kind = match u32_at(16)? {
+        1 => EventKind::Established,
+        2 => EventKind::Write,
+        3 => EventKind::Sched,
+        4 => EventKind::Snd,
+        5 => EventKind::Ack,
+        6 => EventKind::Depart,
+        7 => EventKind::Closed,
+        8 => EventKind::NoTimestamping,
+        _ => return None,
+    };
+    let (local_port, remote_port) = (u16_at(36)?, u16_at(38)?);
+    let family = u32_at(40)?;
+    // Addresses are in network byte order, i.e. their bytes as they sit in memory.
+    let ip = |o: usize| -> Option<IpAddr> {
+        let bytes: [u8; 16] = b.get(o..o + 16)?.try_into().ok()?;
+        match family {
+            2 => Some(IpAddr::V4(Ipv4Addr::new(
+                bytes[0], bytes[1], bytes[2], bytes[3],
+            ))),
+            10 => Some(IpAddr::V6(Ipv6Addr::from(bytes))),
+            _ => None,
+        }
+    };
+    let established = kind == EventKind::Established;
+    Some(TraceEvent {
+        cookie: u64_at(0)?,
+        mono_ns: u64_at(8)?,
+        kind,
+        seq: u32_at(20)?,
+        snd_nxt: u32_at(24)?,
+        snd_una: u32_at(28)?,
+        aux: u32_at(32)? as i32,
+        local: established
+            .then(|| ip(44).map(|a| SocketAddr::new(a, local_port)))
+            .flatten(),
+        remote: established
+            .then(|| ip(60).map(|a| SocketAddr::new(a, remote_port)))
+            .flatten(),
+    })
+}
+
+impl TraceSettings {
+    fn config_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(8);
+        b.extend_from_slice(&self.port.unwrap_or(0).to_ne_bytes());
+        b.extend_from_slice(&u16::from(self.timestamping).to_ne_bytes());
+        b.extend_from_slice(&[0u8; 4]);
+        b
+    }
+}
+
+/// The running program, attached to one cgroup; dropping it detaches it.
+pub struct Tracer {
+    // Drop order: the ring buffer, the link (detach), then the object.
+    ring: RingBuffer<'static>,
+    queue: Rc<RefCell<VecDeque<TraceEvent>>>,
+    malformed: Rc<RefCell<u64>>,
+    _link: Link,
+    object: Object,
+}
+
+impl Tracer {
+    /// Loads the program and attaches it to the cgroup `cgroup` (a directory's fd).
+    pub fn attach(settings: &TraceSettings, cgroup: BorrowedFd<'_>) -> Result<Tracer, BpfError> {
+        require_root()?;
+        capture_libbpf_log();
+        let load_error = |e: libbpf_rs::Error| BpfError::Load {
+            program: PROGRAM,
+            release: crate::sysinfo::kernel_release(),
+            reason: format!("{e}; libbpf: {}", libbpf_log_tail(3)),
+        };
+        let object = ObjectBuilder::default()
+            .open_memory(OBJECT)
+            .map_err(load_error)?
+            .load()
+            .map_err(load_error)?;
+        let map_error = |map: &'static str| {
+            move |e: libbpf_rs::Error| BpfError::Map {
+                map,
+                reason: e.to_string(),
+            }
+        };
+        let find = |name: &'static str| {
+            object
+                .maps()
+                .find(|m| m.name() == name)
+                .ok_or(BpfError::Map {
+                    map: name,
+                    reason: "not in the object".into(),
+                })
+        };
+        find(CONFIG_MAP)?
+            .update(&0u32.to_ne_bytes(), &settings.config_bytes(), MapFlags::ANY)
+            .map_err(map_error(CONFIG_MAP))?;
+        let queue = Rc::new(RefCell::new(VecDeque::new()));
+        let malformed = Rc::new(RefCell::new(0u64));
+        let (q, bad) = (queue.clone(), malformed.clone());
+        let events = find(EVENTS_MAP)?;
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(&events, move |data: &[u8]| {
+                match parse_event(data) {
+                    Some(e) => q.borrow_mut().push_back(e),
+                    None => *bad.borrow_mut() += 1,
+                }
+                0
+            })
+            .map_err(map_error(EVENTS_MAP))?;
+        let ring = builder.build().map_err(map_error(EVENTS_MAP))?;
+        let program = object
+            .progs_mut()
+            .find(|p| p.name() == PROGRAM)
+            .ok_or_else(|| BpfError::Map {
+                map: PROGRAM,
+                reason: "program not in the object".into(),
+            })?;
+        let link = program
+            .attach_cgroup(cgroup.as_raw_fd())
+            .map_err(|e| BpfError::Attach {
+                program: PROGRAM,
+                path: std::fs::read_link(format!("/proc/self/fd/{}", cgroup.as_raw_fd()))
+                    .unwrap_or_default(),
+                reason: e.to_string(),
+            })?;
+        Ok(Tracer {
+            ring,
+            queue,
+            malformed,
+            _link: link,
+            object,
+        })
+    }
+
+    /// Waits up to `timeout` for events and returns every one that arrived, in order.
+    pub fn poll(&self, timeout: Duration) -> Result<Vec<TraceEvent>, BpfError> {
+        self.ring.poll(timeout).map_err(|e| BpfError::Map {
+            map: EVENTS_MAP,
+            reason: e.to_string(),
+        })?;
+        Ok(self.queue.borrow_mut().drain(..).collect())
+    }
+
+    /// Events the program could not queue (ring buffer full), and records that did not
+    /// decode.
+    pub fn lost(&self) -> (u64, u64) {
+        let lost = self
+            .object
+            .maps()
+            .find(|m| m.name() == LOST_MAP)
+            .and_then(|m| m.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).ok().flatten())
+            .and_then(|v| {
+                v.get(..8)
+                    .map(|s| u64::from_ne_bytes(s.try_into().unwrap()))
+            })
+            .unwrap_or(0);
+        (lost, *self.malformed.borrow())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: u32, family: u32) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&0xABCDu64.to_ne_bytes());
+        b.extend_from_slice(&5_000_000u64.to_ne_bytes());
+        for v in [kind, 1_000_001, 1_000_000, 999_000] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        b.extend_from_slice(&(-95i32).to_ne_bytes());
+        b.extend_from_slice(&40000u16.to_ne_bytes());
+        b.extend_from_slice(&5301u16.to_ne_bytes());
+        b.extend_from_slice(&family.to_ne_bytes());
+        let mut local = [0u8; 16];
+        local[..4].copy_from_slice(&[198, 18, 1, 1]);
+        let mut remote = [0u8; 16];
+        remote[..4].copy_from_slice(&[198, 18, 2, 1]);
+        b.extend_from_slice(&local);
+        b.extend_from_slice(&remote);
+        b.extend_from_slice(&[0u8; 4]);
+        assert_eq!(b.len(), EVENT_LEN);
+        b
+    }
+
+    #[test]
+    fn event_layout_matches_struct_sbm_event() {
+        let e = parse_event(&record(1, 2)).unwrap();
+        assert_eq!(e.cookie, 0xABCD);
+        assert_eq!(e.mono_ns, 5_000_000);
+        assert_eq!(e.kind, EventKind::Established);
+        assert_eq!(
+            (e.seq, e.snd_nxt, e.snd_una, e.aux),
+            (1_000_001, 1_000_000, 999_000, -95)
+        );
+        assert_eq!(e.local, Some("198.18.1.1:40000".parse().unwrap()));
+        assert_eq!(e.remote, Some("198.18.2.1:5301".parse().unwrap()));
+        // Addresses only on the connection's first event.
+        let w = parse_event(&record(2, 2)).unwrap();
+        assert_eq!((w.kind, w.local), (EventKind::Write, None));
+        assert!(parse_event(&record(99, 2)).is_none());
+        assert!(parse_event(&record(2, 2)[..30]).is_none());
+    }
+}

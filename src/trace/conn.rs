@@ -1,0 +1,368 @@
+//! One traced connection: the BPF program's events in, one row per send call out.
+//!
+//! Sequence numbers become stream offsets against the connection's first data sequence
+//! number. Writes and their TX timestamp reports go through sbm-send's own
+//! [`WriteLedger`], so attribution (exact, coalesced, missing, unsent) follows the same
+//! rules as sbm-send's writes.csv. The per-packet departures give every write the exact
+//! time its last byte left the socket for IP: the first segment whose end reaches the
+//! write's end (retransmissions, which do not raise the highest sent, are not departures).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+
+use crate::bpf::trace::{EventKind, TraceEvent};
+use crate::stats::LatencyHist;
+use crate::tstamp::cmsg::RawReport;
+use crate::tstamp::ledger::{IssuedWrite, ProvisionalSojourn, RunEnd, TimedWrite, WriteLedger};
+use crate::tstamp::TxKind;
+
+/// The offset whose low 32 bits are `low` nearest to `near` (sequence numbers wrap every
+/// 4 GiB; every offset compared here is within 2 GiB of the reference).
+pub fn unwrap_near(low: u32, near: u64) -> u64 {
+    let candidate = (near & !0xFFFF_FFFF) | u64::from(low);
+    let span = 1u64 << 32;
+    [
+        candidate.checked_sub(span),
+        Some(candidate),
+        candidate.checked_add(span),
+    ]
+    .into_iter()
+    .flatten()
+    .min_by_key(|c| c.abs_diff(near))
+    .expect("candidate itself is always there")
+}
+
+/// CLOCK_MONOTONIC (the program's clock) to CLOCK_REALTIME (sbm's outputs' clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MonoToReal {
+    /// realtime − monotonic, ns.
+    pub offset_ns: i128,
+}
+
+impl MonoToReal {
+    pub fn real_ns(&self, mono_ns: u64) -> u64 {
+        (i128::from(mono_ns) + self.offset_ns).max(0) as u64
+    }
+}
+
+/// A write with its exact departure (None: its last byte had not left when the run ended).
+#[derive(Debug, Clone)]
+pub struct TracedWrite {
+    pub timed: TimedWrite,
+    pub depart_ns: Option<u64>,
+}
+
+impl TracedWrite {
+    /// departure − write, µs.
+    pub fn depart_sojourn_us(&self) -> Option<u64> {
+        self.depart_ns
+            .map(|d| d.saturating_sub(self.timed.write.write_ns) / 1_000)
+    }
+}
+
+/// What a connection's events amounted to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConnCounts {
+    pub writes: u64,
+    pub bytes_written: u64,
+    pub sched: u64,
+    pub snd: u64,
+    pub ack: u64,
+    pub departures: u64,
+    /// Write events that did not move the stream forward (none expected).
+    pub stale_writes: u64,
+    /// The kernel refused BPF TX timestamping on this connection (its error), if it did.
+    pub timestamping_error: Option<i32>,
+}
+
+pub struct Connection {
+    pub id: u32,
+    pub cookie: u64,
+    pub local: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
+    pub established_ns: u64,
+    clock: MonoToReal,
+    /// The first data sequence number.
+    base: u32,
+    /// Offsets: end of the last write, highest departed, acknowledged.
+    written: u64,
+    sent: u64,
+    acked: u64,
+    ledger: WriteLedger,
+    /// Writes whose last byte has not departed yet: (write seq, end offset, write time).
+    awaiting_departure: VecDeque<(u64, u64, u64)>,
+    departed: HashMap<u64, u64>,
+    next_write: u64,
+    sojourns: Vec<ProvisionalSojourn>,
+    done: Vec<TimedWrite>,
+    pub counts: ConnCounts,
+    /// Departure − write of every write whose last byte departed, µs: the whole run (after
+    /// the warm-up) and the current interval.
+    pub depart_sojourn: LatencyHist,
+    pub interval_sojourn: LatencyHist,
+    /// Writes before this CLOCK_REALTIME instant are the warm-up's.
+    pub warmup_end_ns: u64,
+    pub closed: bool,
+}
+
+impl Connection {
+    /// A connection from its `Established` event.
+    pub fn new(id: u32, ev: &TraceEvent, clock: MonoToReal) -> Connection {
+        Connection {
+            id,
+            cookie: ev.cookie,
+            local: ev.local,
+            remote: ev.remote,
+            established_ns: clock.real_ns(ev.mono_ns),
+            clock,
+            base: ev.seq,
+            written: 0,
+            sent: 0,
+            acked: 0,
+            ledger: WriteLedger::new(),
+            awaiting_departure: VecDeque::new(),
+            departed: HashMap::new(),
+            next_write: 0,
+            sojourns: Vec::new(),
+            done: Vec::new(),
+            counts: ConnCounts::default(),
+            depart_sojourn: LatencyHist::new(),
+            interval_sojourn: LatencyHist::new(),
+            warmup_end_ns: 0,
+            closed: false,
+        }
+    }
+
+    fn offset(&self, seq: u32, near: u64) -> u64 {
+        unwrap_near(seq.wrapping_sub(self.base), near)
+    }
+
+    /// Bytes written, sent (left the socket) and acknowledged so far.
+    pub fn progress(&self) -> (u64, u64, u64) {
+        (self.written, self.sent, self.acked)
+    }
+
+    /// Takes one event; rows that became final are appended to `rows`.
+    pub fn on_event(&mut self, ev: &TraceEvent, rows: &mut Vec<TracedWrite>) {
+        let t = self.clock.real_ns(ev.mono_ns);
+        // snd_una counts the SYN and FIN too: data acknowledged is at most data written.
+        let una = self
+            .offset(ev.snd_una, self.acked)
+            .min(self.written.max(self.sent));
+        if una > self.acked && ev.kind != EventKind::Established {
+            self.acked = una;
+        }
+        match ev.kind {
+            EventKind::Established => {}
+            EventKind::Write => {
+                let end = self.offset(ev.seq, self.written);
+                if end <= self.written {
+                    self.counts.stale_writes += 1;
+                    return;
+                }
+                let nxt = self.offset(ev.snd_nxt, self.sent).min(end);
+                let accepted = end - self.written;
+                let w = self.ledger.record_write(IssuedWrite {
+                    seq: self.next_write,
+                    write_ns: t,
+                    asked: accepted.min(u64::from(u32::MAX)) as u32,
+                    accepted: accepted.min(u64::from(u32::MAX)) as u32,
+                    notsent_before: self.written.saturating_sub(nxt).min(u64::from(u32::MAX))
+                        as u32,
+                    notsent_after: Some(end.saturating_sub(nxt).min(u64::from(u32::MAX)) as u32),
+                    threshold: None,
+                    reason: "sendmsg",
+                });
+                self.next_write += 1;
+                self.written = w.end_offset;
+                self.counts.writes += 1;
+                self.counts.bytes_written += accepted;
+                if self.sent >= end {
+                    self.depart(w.seq, t, t);
+                } else {
+                    self.awaiting_departure.push_back((w.seq, end, t));
+                }
+            }
+            EventKind::Sched | EventKind::Snd | EventKind::Ack => {
+                let kind = match ev.kind {
+                    EventKind::Sched => {
+                        self.counts.sched += 1;
+                        TxKind::Sched
+                    }
+                    EventKind::Snd => {
+                        self.counts.snd += 1;
+                        TxKind::Snd
+                    }
+                    _ => {
+                        self.counts.ack += 1;
+                        TxKind::Ack
+                    }
+                };
+                let report = RawReport {
+                    kind,
+                    // The key is the last byte's offset, as OPT_ID_TCP's would be.
+                    key: ev.seq.wrapping_sub(self.base),
+                    time_ns: t,
+                };
+                self.ledger
+                    .on_report(report, &mut self.sojourns, &mut self.done);
+                self.sojourns.clear();
+            }
+            EventKind::Depart => {
+                let end = self.offset(ev.seq, self.sent);
+                if end <= self.sent {
+                    return;
+                }
+                self.sent = end;
+                self.counts.departures += 1;
+                while let Some(&(seq, w_end, write_ns)) = self.awaiting_departure.front() {
+                    if w_end > end {
+                        break;
+                    }
+                    self.awaiting_departure.pop_front();
+                    self.depart(seq, write_ns, t);
+                }
+            }
+            EventKind::Closed => self.closed = true,
+            EventKind::NoTimestamping => self.counts.timestamping_error = Some(ev.aux),
+        }
+        self.take_done(rows);
+    }
+
+    /// Ends the connection's record: every write still pending becomes a row.
+    pub fn finish(&mut self, rows: &mut Vec<TracedWrite>) {
+        // A FIN takes one sequence number: neither sent nor acknowledged data.
+        self.sent = self.sent.min(self.written);
+        self.acked = self.acked.min(self.written);
+        self.ledger.finish(
+            RunEnd {
+                sent_offset: self.sent,
+                acked_offset: self.acked,
+            },
+            &mut self.done,
+        );
+        self.take_done(rows);
+    }
+
+    /// The last byte of write `seq` (written at `write_ns`) left at `t`.
+    fn depart(&mut self, seq: u64, write_ns: u64, t: u64) {
+        self.departed.insert(seq, t);
+        let us = t.saturating_sub(write_ns) / 1_000;
+        self.interval_sojourn.record(us);
+        if write_ns >= self.warmup_end_ns {
+            self.depart_sojourn.record(us);
+        }
+    }
+
+    fn take_done(&mut self, rows: &mut Vec<TracedWrite>) {
+        for timed in self.done.drain(..) {
+            let depart_ns = self.departed.remove(&timed.write.seq);
+            rows.push(TracedWrite { timed, depart_ns });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tstamp::ledger::StampState;
+
+    const BASE: u32 = 0xFFFF_F000; // wraps within the first 4 KiB
+
+    fn ev(kind: EventKind, mono_ns: u64, seq: u32, snd_nxt: u32) -> TraceEvent {
+        TraceEvent {
+            cookie: 7,
+            mono_ns,
+            kind,
+            seq,
+            snd_nxt,
+            snd_una: BASE,
+            aux: 0,
+            local: None,
+            remote: None,
+        }
+    }
+
+    fn conn() -> Connection {
+        Connection::new(
+            0,
+            &ev(EventKind::Established, 0, BASE, BASE),
+            MonoToReal { offset_ns: 1_000 },
+        )
+    }
+
+    #[test]
+    fn offsets_unwrap_across_the_sequence_wrap() {
+        assert_eq!(unwrap_near(5, 0), 5);
+        assert_eq!(unwrap_near(0xFFFF_FFF0, 1 << 32), 0xFFFF_FFF0);
+        assert_eq!(unwrap_near(16, (1 << 32) - 100), (1 << 32) + 16);
+    }
+
+    #[test]
+    fn writes_get_exact_departures_and_the_ledgers_attribution() {
+        let mut c = conn();
+        let mut rows = vec![];
+        let at = |off: u32| BASE.wrapping_add(off);
+        // Two writes of 3000 B into one skb: the second overwrites the key.
+        c.on_event(&ev(EventKind::Write, 10_000, at(3000), at(0)), &mut rows);
+        c.on_event(&ev(EventKind::Write, 20_000, at(6000), at(0)), &mut rows);
+        // Segments leave: 0..1448, ..2896, ..4344 (the first write's last byte), ..6000.
+        for (t, end) in [
+            (30_000, 1448),
+            (31_000, 2896),
+            (32_000, 4344),
+            (33_000, 6000),
+        ] {
+            c.on_event(&ev(EventKind::Depart, t, at(end), at(end)), &mut rows);
+        }
+        // A retransmission is not a departure.
+        c.on_event(
+            &ev(EventKind::Depart, 34_000, at(2896), at(6000)),
+            &mut rows,
+        );
+        assert_eq!(c.counts.departures, 4);
+        c.on_event(&ev(EventKind::Sched, 30_500, at(5999), at(6000)), &mut rows);
+        assert!(rows.is_empty(), "final only once acknowledged");
+        c.on_event(&ev(EventKind::Ack, 90_000, at(5999), at(6000)), &mut rows);
+        assert_eq!(rows.len(), 2);
+        let (a, b) = (&rows[0], &rows[1]);
+        assert_eq!(
+            (a.timed.write.accepted, b.timed.write.accepted),
+            (3000, 3000)
+        );
+        assert_eq!(a.timed.write.write_ns, 11_000, "realtime = mono + offset");
+        assert_eq!(a.timed.sched.state, StampState::Coalesced);
+        assert_eq!(b.timed.sched.state, StampState::Exact);
+        // Realtime = monotonic + 1 µs here.
+        assert_eq!(
+            a.depart_ns,
+            Some(33_000),
+            "the segment ending at 4344 carried byte 2999"
+        );
+        assert_eq!(b.depart_ns, Some(34_000));
+        assert_eq!(a.timed.write.notsent_after, Some(3000));
+        assert_eq!(c.depart_sojourn.count(), 2);
+    }
+
+    #[test]
+    fn finishing_leaves_undeparted_writes_without_a_departure() {
+        let mut c = conn();
+        let mut rows = vec![];
+        let at = |off: u32| BASE.wrapping_add(off);
+        c.on_event(&ev(EventKind::Write, 10_000, at(1000), at(0)), &mut rows);
+        c.on_event(
+            &ev(EventKind::Depart, 11_000, at(1000), at(1000)),
+            &mut rows,
+        );
+        c.on_event(&ev(EventKind::Write, 12_000, at(2000), at(1000)), &mut rows);
+        // A write that does not move the stream is counted, not recorded.
+        c.on_event(&ev(EventKind::Write, 13_000, at(2000), at(1000)), &mut rows);
+        c.finish(&mut rows);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].depart_ns, Some(12_000));
+        assert_eq!(rows[0].timed.sched.state, StampState::Missing);
+        assert_eq!(rows[1].depart_ns, None);
+        assert_eq!(rows[1].timed.sched.state, StampState::Unsent);
+        assert_eq!(c.counts.stale_writes, 1);
+    }
+}
