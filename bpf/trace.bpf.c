@@ -42,6 +42,13 @@ struct sk_buff___sbm {
 	char cb[48];
 } __attribute__((preserve_access_index));
 
+/* snd_nxt and snd_una from the socket itself: the sock_ops context's copies read 0 in the
+ * TX timestamping callbacks (measured). */
+struct tcp_sock___sbm {
+	__u32 snd_nxt;
+	__u32 snd_una;
+} __attribute__((preserve_access_index));
+
 struct skb_shared_info___sbm {
 	__u32 tskey;
 } __attribute__((preserve_access_index));
@@ -121,8 +128,10 @@ struct {
 	__type(value, __u64);
 } sbm_lost SEC(".maps");
 
-static __always_inline int emit(struct bpf_sock_ops *skops, __u32 kind, __u32 seq, __s32 aux)
+static __always_inline int emit(struct bpf_sock_ops *skops, struct bpf_sock *sk, __u32 kind,
+				__u32 seq, __s32 aux)
 {
+	struct tcp_sock___sbm *tp = (struct tcp_sock___sbm *)bpf_skc_to_tcp_sock(sk);
 	struct sbm_event *e = bpf_ringbuf_reserve(&sbm_events, sizeof(*e), 0);
 	__u32 zero = 0;
 	__u64 *lost;
@@ -137,8 +146,8 @@ static __always_inline int emit(struct bpf_sock_ops *skops, __u32 kind, __u32 se
 	e->time_ns = bpf_ktime_get_ns();
 	e->kind = kind;
 	e->seq = seq;
-	e->snd_nxt = skops->snd_nxt;
-	e->snd_una = skops->snd_una;
+	e->snd_nxt = tp ? tp->snd_nxt : 0;
+	e->snd_una = tp ? tp->snd_una : 0;
 	e->aux = aux;
 	e->local_port = (__u16)skops->local_port;
 	e->remote_port = bpf_ntohl(skops->remote_port);
@@ -206,7 +215,7 @@ int sbm_trace(struct bpf_sock_ops *skops)
 			return 1;
 		c->max_end = skops->snd_nxt;
 		c->started = 1;
-		emit(skops, EV_ESTABLISHED, skops->snd_nxt, 0);
+		emit(skops, sk, EV_ESTABLISHED, skops->snd_nxt, 0);
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 						 BPF_SOCK_OPS_STATE_CB_FLAG |
 						 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
@@ -215,7 +224,7 @@ int sbm_trace(struct bpf_sock_ops *skops)
 			err = bpf_setsockopt(skops, SOL_SOCKET, SBM_SK_BPF_CB_FLAGS, &flag,
 					     sizeof(flag));
 			if (err)
-				emit(skops, EV_NO_TSTAMP, 0, err);
+				emit(skops, sk, EV_NO_TSTAMP, 0, err);
 		}
 		break;
 	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
@@ -231,7 +240,7 @@ int sbm_trace(struct bpf_sock_ops *skops)
 		if (end_seq == seq || (__s32)(end_seq - c->max_end) <= 0)
 			return 1;
 		c->max_end = end_seq;
-		emit(skops, EV_DEPART, end_seq, 0);
+		emit(skops, sk, EV_DEPART, end_seq, 0);
 		break;
 	case SBM_TSTAMP_SENDMSG_CB:
 		if (!bpf_sock_ops_enable_tx_tstamp)
@@ -244,7 +253,7 @@ int sbm_trace(struct bpf_sock_ops *skops)
 			return 1;
 		bpf_sock_ops_enable_tx_tstamp(
 			(struct bpf_sock_ops_kern *)bpf_cast_to_kern_ctx(skops), 0);
-		emit(skops, EV_WRITE, skb_tskey(skb) + 1, 0);
+		emit(skops, sk, EV_WRITE, skb_tskey(skb) + 1, 0);
 		break;
 	case SBM_TSTAMP_SCHED_CB:
 	case SBM_TSTAMP_SND_SW_CB:
@@ -255,7 +264,7 @@ int sbm_trace(struct bpf_sock_ops *skops)
 		skb = callback_skb(skops);
 		if (!skb)
 			return 1;
-		emit(skops,
+		emit(skops, sk,
 		     skops->op == SBM_TSTAMP_SCHED_CB ? EV_SCHED :
 		     skops->op == SBM_TSTAMP_SND_SW_CB ? EV_SND : EV_ACK,
 		     skb_tskey(skb), 0);
@@ -266,7 +275,7 @@ int sbm_trace(struct bpf_sock_ops *skops)
 			return 1;
 		c = bpf_sk_storage_get(&sbm_conns, sk, 0, 0);
 		if (c)
-			emit(skops, EV_CLOSED, skops->snd_nxt, 0);
+			emit(skops, sk, EV_CLOSED, skops->snd_nxt, 0);
 		break;
 	}
 	return 1;

@@ -244,7 +244,7 @@ fn bad_matrices_fail_with_one_line() {
     assert!(res.stderr.contains("no-such-preset.toml"), "{}", res.stderr);
     let res = run_matrix(&["paper", "--dry-run"], Duration::from_secs(10));
     assert_eq!(res.code(), Some(0));
-    assert!(res.stdout.contains("75 cells"), "{}", res.stdout);
+    assert!(res.stdout.contains("105 cells"), "{}", res.stdout);
 }
 
 /// The committed reproduction's table is what its stored results say: rebuilding it from
@@ -707,7 +707,7 @@ fn an_installed_copy_finds_its_presets_without_the_source_tree() {
     assert!(list.stdout.contains("paper "), "{}", list.stdout);
     let dry = in_dir(&["run", "paper", "--dry-run"]);
     assert_eq!(dry.code(), Some(0), "{}", dry.stderr);
-    assert!(dry.stdout.contains("75 cells"), "{}", dry.stdout);
+    assert!(dry.stdout.contains("105 cells"), "{}", dry.stdout);
     let written: Vec<_> = std::fs::read_dir(cache.join("embedded"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -89,8 +89,40 @@ pub struct FreshCgroup {
     mounted_here: Option<PathBuf>,
 }
 
+/// The PID in `PREFIX-PID` or `PREFIX-PID-N`, when `name` is one of sbm's.
+pub fn owner_pid(name: &str, prefix: &str) -> Option<u32> {
+    let rest = name.strip_prefix(prefix)?.strip_prefix('-')?;
+    rest.split('-').next()?.parse().ok()
+}
+
+/// Removes what a process killed outright (SIGKILL: no destructor ran) left behind: empty
+/// cgroups named `PREFIX-PID-N` in `dir` and mount points `sbm-cgroup2-PID` in the temporary
+/// directory whose PID is gone. rmdir only removes empty, unmounted directories, so nothing
+/// in use can go.
+fn sweep_leftovers(dir: &Path, prefixes: &[&str]) {
+    let gone = |pid: u32| !Path::new(&format!("/proc/{pid}")).exists();
+    let sweep = |dir: &Path, prefixes: &[&str]| {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if prefixes
+                .iter()
+                .filter_map(|p| owner_pid(&name, p))
+                .any(gone)
+            {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+    };
+    sweep(dir, prefixes);
+    sweep(&std::env::temp_dir(), &["sbm-cgroup2"]);
+}
+
 impl FreshCgroup {
-    /// Creates `PREFIX-PID-N` at the top of the cgroup2 hierarchy.
+    /// Creates `PREFIX-PID-N` at the top of the cgroup2 hierarchy (first removing empty ones
+    /// of processes that were killed outright).
     pub fn create(prefix: &str) -> Result<FreshCgroup, BpfError> {
         static SERIAL: AtomicU32 = AtomicU32::new(0);
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
@@ -108,6 +140,7 @@ impl FreshCgroup {
                 )
             }
         };
+        sweep_leftovers(&mount.dir, &["sbm-bpf", "sbm-trace"]);
         let name = format!(
             "{prefix}-{}-{}",
             std::process::id(),
@@ -239,6 +272,16 @@ mod tests {
             find_cgroup2("25 30 0:22 / /sys rw - sysfs sysfs rw\n"),
             None
         );
+    }
+
+    #[test]
+    fn leftovers_are_recognised_by_their_owner() {
+        assert_eq!(owner_pid("sbm-bpf-4242-0", "sbm-bpf"), Some(4242));
+        assert_eq!(owner_pid("sbm-cgroup2-77", "sbm-cgroup2"), Some(77));
+        assert_eq!(owner_pid("sbm-trace-9-3", "sbm-trace"), Some(9));
+        assert_eq!(owner_pid("sbm-bpfx-1-0", "sbm-bpf"), None);
+        assert_eq!(owner_pid("user.slice", "sbm-bpf"), None);
+        assert_eq!(owner_pid("sbm-bpf-me-0", "sbm-bpf"), None);
     }
 
     #[test]
