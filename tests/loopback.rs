@@ -1006,7 +1006,7 @@ fn sampled_departures_bracket_exact_sched_reports() {
             "{tag}: {sampled} of {} sampled",
             rows.len()
         );
-        let (inside, exact) = exact_reports_inside_bracket(&rows);
+        let (inside, exact, _) = exact_reports_inside_bracket(&rows);
         assert!(exact > 100, "{tag}: {exact} exact");
         assert!(
             inside as f64 >= 0.99 * exact as f64,

@@ -760,8 +760,10 @@ fn trip_times_agree_with_the_paths_one_way_delay() {
 }
 
 /// The snd_nxt sampler on the 172 ms path at 2 Mb/s: where a write has its own TX_SCHED
-/// report, the report lies in the sampler's bracket (64 KiB and 4 KiB writes, Nagle and
-/// NODELAY); and at 86 Mb/s the sampling timer costs no goodput (on against off).
+/// report, the report is never before the sampler's bracket and lies in it for ≥ 95 % of the
+/// writes (64 KiB and 4 KiB writes, Nagle and NODELAY; a few per cent of segments reach the
+/// qdisc after TCP counted them sent: `exact_reports_inside_bracket`); and at 86 Mb/s the
+/// sampling timer costs no goodput (on against off).
 #[test]
 fn sampler_agrees_with_exact_reports_and_costs_no_goodput() {
     let _g = serial();
@@ -789,10 +791,14 @@ fn sampler_agrees_with_exact_reports_and_costs_no_goodput() {
         }
         let (_, out) = bed.transfer_to(&args);
         let rows = read_csv(&out.join("writes.csv"));
-        let (inside, exact) = exact_reports_inside_bracket(&rows);
+        let (inside, exact, before) = exact_reports_inside_bracket(&rows);
         assert!(exact >= 20, "{size} nodelay={nodelay}: {exact} exact");
+        assert_eq!(
+            before, 0,
+            "{size} nodelay={nodelay}: reports before the sampler's bracket"
+        );
         assert!(
-            inside as f64 >= 0.99 * exact as f64,
+            inside as f64 >= 0.95 * exact as f64,
             "{size} nodelay={nodelay}: {inside} of {exact} inside"
         );
     }
