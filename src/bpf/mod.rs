@@ -15,8 +15,11 @@ pub mod cgroup;
 pub mod replenish;
 pub mod trace;
 
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+use libbpf_rs::{Link, Map, MapCore, MapFlags, Object, ObjectBuilder};
 
 /// Why a BPF feature could not be set up: one line each, naming what failed.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +85,62 @@ fn libbpf_log_tail(lines: usize) -> String {
         .filter(|l| !l.is_empty() && !l.starts_with("libbpf: elf:") && !l.starts_with("--"))
         .collect();
     relevant[relevant.len().saturating_sub(lines)..].join(" | ")
+}
+
+/// A map of `object` by name.
+fn find_map<'o>(object: &'o Object, name: &'static str) -> Result<Map<'o>, BpfError> {
+    object
+        .maps()
+        .find(|m| m.name() == name)
+        .ok_or(BpfError::Map {
+            map: name,
+            reason: "not in the object".into(),
+        })
+}
+
+/// One of sbm's BPF objects (`bytes`, built by build.rs) loaded, `config` written at index 0
+/// of its `config_map`, and its sock_ops `program` attached to the cgroup `cgroup` (a
+/// directory's fd). Dropping the link detaches the program.
+fn load_and_attach(
+    bytes: &[u8],
+    program: &'static str,
+    config_map: &'static str,
+    config: &[u8],
+    cgroup: BorrowedFd<'_>,
+) -> Result<(Object, Link), BpfError> {
+    require_root()?;
+    capture_libbpf_log();
+    let load_error = |e: libbpf_rs::Error| BpfError::Load {
+        program,
+        release: crate::sysinfo::kernel_release(),
+        reason: format!("{e}; libbpf: {}", libbpf_log_tail(3)),
+    };
+    let object = ObjectBuilder::default()
+        .open_memory(bytes)
+        .map_err(load_error)?
+        .load()
+        .map_err(load_error)?;
+    find_map(&object, config_map)?
+        .update(&0u32.to_ne_bytes(), config, MapFlags::ANY)
+        .map_err(|e| BpfError::Map {
+            map: config_map,
+            reason: e.to_string(),
+        })?;
+    let link = object
+        .progs_mut()
+        .find(|p| p.name() == program)
+        .ok_or(BpfError::Map {
+            map: program,
+            reason: "program not in the object".into(),
+        })?
+        .attach_cgroup(cgroup.as_raw_fd())
+        .map_err(|e| BpfError::Attach {
+            program,
+            path: std::fs::read_link(format!("/proc/self/fd/{}", cgroup.as_raw_fd()))
+                .unwrap_or_default(),
+            reason: e.to_string(),
+        })?;
+    Ok((object, link))
 }
 
 fn require_root() -> Result<(), BpfError> {

@@ -18,10 +18,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object};
 
 use super::cgroup::FreshCgroup;
-use super::{capture_libbpf_log, libbpf_log_tail, require_root, BpfError};
+use super::{find_map, load_and_attach, require_root, BpfError};
 use crate::report::schema::BpfSocketState;
 
 /// The compiled program (build.rs).
@@ -143,50 +143,16 @@ impl BpfReplenishLink {
         settings: &Settings,
         cgroup: BorrowedFd<'_>,
     ) -> Result<BpfReplenishLink, BpfError> {
-        require_root()?;
-        capture_libbpf_log();
-        let load_error = |e: libbpf_rs::Error| BpfError::Load {
-            program: PROGRAM,
-            release: crate::sysinfo::kernel_release(),
-            reason: format!("{e}; libbpf: {}", libbpf_log_tail(3)),
-        };
-        let object = ObjectBuilder::default()
-            .open_memory(OBJECT)
-            .map_err(load_error)?
-            .load()
-            .map_err(load_error)?;
-        let map = |name: &'static str| {
-            object
-                .maps()
-                .find(|m| m.name() == name)
-                .ok_or(BpfError::Map {
-                    map: name,
-                    reason: "not in the object".into(),
-                })
-        };
-        map(CONFIG_MAP)?
-            .update(&0u32.to_ne_bytes(), &settings.config_bytes(), MapFlags::ANY)
-            .map_err(|e| BpfError::Map {
-                map: CONFIG_MAP,
-                reason: e.to_string(),
-            })?;
-        let state = MapHandle::try_from(&map(STATE_MAP)?).map_err(|e| BpfError::Map {
-            map: STATE_MAP,
-            reason: e.to_string(),
-        })?;
-        let program = object
-            .progs_mut()
-            .find(|p| p.name() == PROGRAM)
-            .ok_or(BpfError::Map {
-                map: PROGRAM,
-                reason: "program not in the object".into(),
-            })?;
-        let link = program
-            .attach_cgroup(cgroup.as_raw_fd())
-            .map_err(|e| BpfError::Attach {
-                program: PROGRAM,
-                path: std::fs::read_link(format!("/proc/self/fd/{}", cgroup.as_raw_fd()))
-                    .unwrap_or_default(),
+        let (object, link) = load_and_attach(
+            OBJECT,
+            PROGRAM,
+            CONFIG_MAP,
+            &settings.config_bytes(),
+            cgroup,
+        )?;
+        let state =
+            MapHandle::try_from(&find_map(&object, STATE_MAP)?).map_err(|e| BpfError::Map {
+                map: STATE_MAP,
                 reason: e.to_string(),
             })?;
         Ok(BpfReplenishLink {

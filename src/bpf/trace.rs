@@ -5,13 +5,13 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::rc::Rc;
 use std::time::Duration;
 
-use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, Object, RingBuffer, RingBufferBuilder};
 
-use super::{capture_libbpf_log, libbpf_log_tail, require_root, BpfError};
+use super::{find_map, load_and_attach, BpfError};
 
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/trace.bpf.o"));
 const PROGRAM: &str = "sbm_trace";
@@ -144,40 +144,22 @@ pub struct Tracer {
 impl Tracer {
     /// Loads the program and attaches it to the cgroup `cgroup` (a directory's fd).
     pub fn attach(settings: &TraceSettings, cgroup: BorrowedFd<'_>) -> Result<Tracer, BpfError> {
-        require_root()?;
-        capture_libbpf_log();
-        let load_error = |e: libbpf_rs::Error| BpfError::Load {
-            program: PROGRAM,
-            release: crate::sysinfo::kernel_release(),
-            reason: format!("{e}; libbpf: {}", libbpf_log_tail(3)),
+        let (object, link) = load_and_attach(
+            OBJECT,
+            PROGRAM,
+            CONFIG_MAP,
+            &settings.config_bytes(),
+            cgroup,
+        )?;
+        let map_error = |e: libbpf_rs::Error| BpfError::Map {
+            map: EVENTS_MAP,
+            reason: e.to_string(),
         };
-        let object = ObjectBuilder::default()
-            .open_memory(OBJECT)
-            .map_err(load_error)?
-            .load()
-            .map_err(load_error)?;
-        let map_error = |map: &'static str| {
-            move |e: libbpf_rs::Error| BpfError::Map {
-                map,
-                reason: e.to_string(),
-            }
-        };
-        let find = |name: &'static str| {
-            object
-                .maps()
-                .find(|m| m.name() == name)
-                .ok_or(BpfError::Map {
-                    map: name,
-                    reason: "not in the object".into(),
-                })
-        };
-        find(CONFIG_MAP)?
-            .update(&0u32.to_ne_bytes(), &settings.config_bytes(), MapFlags::ANY)
-            .map_err(map_error(CONFIG_MAP))?;
+        // Attached before the ring buffer is read: events queue in it meanwhile.
         let queue = Rc::new(RefCell::new(VecDeque::new()));
         let malformed = Rc::new(RefCell::new(0u64));
         let (q, bad) = (queue.clone(), malformed.clone());
-        let events = find(EVENTS_MAP)?;
+        let events = find_map(&object, EVENTS_MAP)?;
         let mut builder = RingBufferBuilder::new();
         builder
             .add(&events, move |data: &[u8]| {
@@ -187,23 +169,8 @@ impl Tracer {
                 }
                 0
             })
-            .map_err(map_error(EVENTS_MAP))?;
-        let ring = builder.build().map_err(map_error(EVENTS_MAP))?;
-        let program = object
-            .progs_mut()
-            .find(|p| p.name() == PROGRAM)
-            .ok_or_else(|| BpfError::Map {
-                map: PROGRAM,
-                reason: "program not in the object".into(),
-            })?;
-        let link = program
-            .attach_cgroup(cgroup.as_raw_fd())
-            .map_err(|e| BpfError::Attach {
-                program: PROGRAM,
-                path: std::fs::read_link(format!("/proc/self/fd/{}", cgroup.as_raw_fd()))
-                    .unwrap_or_default(),
-                reason: e.to_string(),
-            })?;
+            .map_err(map_error)?;
+        let ring = builder.build().map_err(map_error)?;
         Ok(Tracer {
             ring,
             queue,
