@@ -243,10 +243,7 @@ pub fn aggregate_row(spec: &MatrixSpec, g: &Group<'_>) -> AggregateRow {
         config: g.config.clone(),
         runs: g.runs.len(),
         ok: g.ok().len(),
-        estimator: match g.headline() {
-            Headline::Sampled => "sampled",
-            Headline::Sched => "tx_sched",
-        },
+        estimator: g.headline().name(),
         p50_median_us: p50.map(|s| s.median),
         p50_min_us: p50.map(|s| s.min),
         p50_max_us: p50.map(|s| s.max),

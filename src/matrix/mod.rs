@@ -3,6 +3,7 @@
 
 pub mod aggregate;
 pub mod cell_series;
+pub mod command;
 pub mod compare;
 pub mod hosts;
 pub mod html;

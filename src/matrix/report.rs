@@ -14,7 +14,7 @@ use super::cell_series::{interval_series, thin, WriteSeries};
 use super::spec::{Cell, MatrixSpec};
 use super::svg::{self, Chart, Series, Style};
 use crate::report::compressed;
-use crate::report::schema::SendSummary;
+use crate::report::schema::{SendSummary, TraceConnSummary, TraceSummary};
 use crate::stats::Percentiles;
 
 /// How a cell ended (cell.json `status`), or that it has not run (summary.csv only).
@@ -104,6 +104,12 @@ pub struct SummaryRow {
     pub sampled_p50_us: Option<u64>,
     pub sampled_p95_us: Option<u64>,
     pub sampled_error_p50_us: Option<u64>,
+    /// The exact departure of each write's last byte (per-packet sequence numbers) − its
+    /// write time: command cells (sbm-trace's `sojourn_depart`).
+    pub departure_p50_us: Option<u64>,
+    pub departure_p95_us: Option<u64>,
+    /// Writes after the warm-up whose last byte departed (the departure figures' n).
+    pub departed: Option<u64>,
     pub exact: Option<u64>,
     pub coalesced: Option<u64>,
     pub missing: Option<u64>,
@@ -187,6 +193,10 @@ pub struct CellFiles {
     pub bbr_mode_shares: Option<String>,
     /// intervals.csv's goodput of every interval after the warm-up, bit/s.
     pub interval_goodputs: Vec<f64>,
+    /// Command cells: sbm-trace's trace.json, and its connection that carried the most
+    /// (whose conn-N/intervals.csv gives interval_goodputs).
+    pub trace: Option<TraceSummary>,
+    pub traced: Option<TraceConnSummary>,
 }
 
 impl CellFiles {
@@ -196,6 +206,10 @@ impl CellFiles {
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok())
         };
+        let trace: Option<TraceSummary> =
+            json("trace.json").and_then(|v| serde_json::from_value(v).ok());
+        let traced = trace.as_ref().and_then(main_connection).cloned();
+        let intervals_dir = per_write_dir(dir);
         CellFiles {
             status: json("cell.json").and_then(|v| serde_json::from_value(v).ok()),
             summary: json("summary.json").and_then(|v| serde_json::from_value(v).ok()),
@@ -205,7 +219,9 @@ impl CellFiles {
             recovery: super::recovery::of_cell(dir),
             flows: json("flows.json").and_then(|v| serde_json::from_value(v).ok()),
             bbr_mode_shares: bbr_mode_shares(dir),
-            interval_goodputs: after_warmup(dir, "goodput_bps"),
+            interval_goodputs: after_warmup(&intervals_dir, "goodput_bps"),
+            trace,
+            traced,
         }
     }
 }
@@ -222,13 +238,22 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         .as_ref()
         .map_or(Value::Null, |u| u["cpu_slices"].clone());
     let after = s.map(|s| &s.attribution_after_warmup);
-    let policy = s.map(|s| {
-        let kind = &s.policy.kind;
-        match s.policy.implementation {
-            Some(i) => format!("{kind}/{}", i.name()),
-            None => kind.to_string(),
-        }
-    });
+    let traced = files.traced.as_ref();
+    let policy = s
+        .map(|s| {
+            let kind = &s.policy.kind;
+            match s.policy.implementation {
+                Some(i) => format!("{kind}/{}", i.name()),
+                None => kind.to_string(),
+            }
+        })
+        .or_else(|| {
+            files.trace.as_ref().map(|t| match t.replenish_time_us {
+                Some(_) => "traced+replenish-time/bpf".to_string(),
+                None => "traced".to_string(),
+            })
+        });
+    let traced_after = traced.map(|t| &t.attribution_after_warmup);
     let age = s.and_then(|s| s.content_age.as_ref());
     let flows = files.flows.as_ref();
     let flow_goodputs: Option<Vec<f64>> =
@@ -255,20 +280,27 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         policy,
         goodput_bps: s
             .map(|s| s.totals.goodput_bps)
-            .or(flows.map(|f| f.sum.goodput_bps)),
-        sojourn_p50_us: p(|s| &s.sojourn, |p| p.p50_us),
-        sojourn_p95_us: p(|s| &s.sojourn, |p| p.p95_us),
+            .or(flows.map(|f| f.sum.goodput_bps))
+            .or(traced.map(|t| t.goodput_bps)),
+        sojourn_p50_us: p(|s| &s.sojourn, |p| p.p50_us).or(traced.and_then(|t| t.sojourn.p50_us)),
+        sojourn_p95_us: p(|s| &s.sojourn, |p| p.p95_us).or(traced.and_then(|t| t.sojourn.p95_us)),
         sojourn_p99_us: p(|s| &s.sojourn, |p| p.p99_us),
         sojourn_exact_p50_us: p(|s| &s.sojourn_exact, |p| p.p50_us),
         sojourn_exact_p95_us: p(|s| &s.sojourn_exact, |p| p.p95_us),
         sampled_p50_us: p(|s| &s.sojourn_sampled, |p| p.p50_us),
         sampled_p95_us: p(|s| &s.sojourn_sampled, |p| p.p95_us),
         sampled_error_p50_us: p(|s| &s.sampled_error, |p| p.p50_us),
-        exact: after.map(|a| a.exact),
-        coalesced: after.map(|a| a.coalesced),
-        missing: after.map(|a| a.missing),
-        unsent: after.map(|a| a.unsent),
-        writes: s.map(|s| s.totals.writes).or(flows.map(|f| f.sum.writes)),
+        departure_p50_us: traced.and_then(|t| t.sojourn_depart.p50_us),
+        departure_p95_us: traced.and_then(|t| t.sojourn_depart.p95_us),
+        departed: traced.map(|t| t.sojourn_depart.count),
+        exact: after.or(traced_after).map(|a| a.exact),
+        coalesced: after.or(traced_after).map(|a| a.coalesced),
+        missing: after.or(traced_after).map(|a| a.missing),
+        unsent: after.or(traced_after).map(|a| a.unsent),
+        writes: s
+            .map(|s| s.totals.writes)
+            .or(flows.map(|f| f.sum.writes))
+            .or(traced.map(|t| t.writes)),
         short_writes: s.map(|s| s.totals.short_writes),
         retransmits: s
             .map(|s| u64::from(s.totals.retransmits))
@@ -405,13 +437,18 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 /// coalesced reports) otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Headline {
+    /// The exact per-packet departure (cells traced by sbm-trace).
+    Departure,
     Sampled,
     Sched,
 }
 
 impl Headline {
     pub fn of<'a>(rows: impl IntoIterator<Item = &'a SummaryRow>) -> Headline {
-        if rows.into_iter().all(|r| r.sampled_p50_us.is_some()) {
+        let rows: Vec<&SummaryRow> = rows.into_iter().collect();
+        if rows.iter().all(|r| r.departure_p50_us.is_some()) && !rows.is_empty() {
+            Headline::Departure
+        } else if rows.iter().all(|r| r.sampled_p50_us.is_some()) {
             Headline::Sampled
         } else {
             Headline::Sched
@@ -420,6 +457,7 @@ impl Headline {
 
     pub fn p50(self, r: &SummaryRow) -> Option<u64> {
         match self {
+            Headline::Departure => r.departure_p50_us,
             Headline::Sampled => r.sampled_p50_us,
             Headline::Sched => r.sojourn_p50_us,
         }
@@ -427,8 +465,18 @@ impl Headline {
 
     pub fn p95(self, r: &SummaryRow) -> Option<u64> {
         match self {
+            Headline::Departure => r.departure_p95_us,
             Headline::Sampled => r.sampled_p95_us,
             Headline::Sched => r.sojourn_p95_us,
+        }
+    }
+
+    /// The name summary.csv's aggregate and the notes use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Headline::Departure => "departure",
+            Headline::Sampled => "sampled",
+            Headline::Sched => "tx_sched",
         }
     }
 }
@@ -471,13 +519,18 @@ pub fn table_cell(g: &Group<'_>) -> String {
         }
     };
     let measured_any = g.p50().is_some();
-    if headline == Headline::Sched && measured_any {
-        text.push_str(" (TX_SCHED)");
+    match headline {
+        Headline::Sched if measured_any => text.push_str(" (TX_SCHED)"),
+        Headline::Departure if measured_any => text.push_str(" (departure)"),
+        _ => {}
     }
     // Say when the figures rest on part of the writes only.
     let measured: u64 = ok
         .iter()
-        .map(|r| r.exact.unwrap_or(0) + r.coalesced.unwrap_or(0))
+        .map(|r| match headline {
+            Headline::Departure => r.departed.unwrap_or(0),
+            _ => r.exact.unwrap_or(0) + r.coalesced.unwrap_or(0),
+        })
         .sum();
     let all: u64 = ok
         .iter()
@@ -539,9 +592,12 @@ pub fn notes_md(spec: &MatrixSpec, rows: &[SummaryRow], groups: &[Group<'_>]) ->
     let rates = &spec.axes.rate;
     let mut out = String::new();
     out.push_str("\nCells: median / p95 source queueing delay of the writes after the warm-up @ goodput (bytes that entered the network after the warm-up and were acknowledged by the end of writing, over that time). Delay = write → departure of its last byte from the socket, from the snd_nxt sampler (every write, bracketed; error bounds below); cells marked (TX_SCHED) come from TX_SCHED reports (exact and coalesced writes) because the run had no sampler. With several runs of a cell (n), each figure is the median of the runs' figures, with the smallest and largest run in brackets.\n");
+    if rows.iter().any(|r| r.departure_p50_us.is_some()) {
+        out.push_str("\nCells marked (departure) ran an unmodified server under sbm-trace (workload = \"command\"): delay = write → the exact departure of its last byte, from the per-packet sequence numbers (every write, no bracket); goodput = bytes acknowledged after the warm-up over the time to the last acknowledgement the trace saw (the cell's trace.json and conn-N/).\n");
+    }
     if rows
         .iter()
-        .any(|r| r.status == Status::Ok && r.summary_schema < 2)
+        .any(|r| r.status == Status::Ok && r.summary_schema < 2 && r.departed.is_none())
     {
         out.push_str("\nSome cells were measured by an sbm whose summary counted, as goodput, every byte acknowledged after the warm-up (summary schema 1), bytes already in flight at its end included; schema 2 counts only bytes that entered the network after it (README, `totals.goodput_bps`). Column `summary_schema` of summary.csv says which.\n");
     }
@@ -692,8 +748,26 @@ pub fn rate_header(rate: &str) -> String {
     }
 }
 
+/// The traced connection a command cell's figures come from: the one that carried the most.
+fn main_connection(t: &TraceSummary) -> Option<&TraceConnSummary> {
+    t.connections.iter().max_by_key(|c| c.bytes_written)
+}
+
+/// Where a cell's writes.csv and intervals.csv are: the cell's directory, or for a command
+/// cell its main traced connection's conn-N/ (same columns where they mean the same).
+pub fn per_write_dir(dir: &Path) -> std::path::PathBuf {
+    let trace: Option<TraceSummary> = std::fs::read_to_string(dir.join("trace.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    match trace.as_ref().and_then(main_connection) {
+        Some(c) => dir.join(format!("conn-{}", c.id)),
+        None => dir.to_path_buf(),
+    }
+}
+
 /// Sojourns (ms) of a cell's measured writes after the warm-up, with their write times.
 fn cell_sojourns(dir: &Path) -> Vec<(f64, f64)> {
+    let dir = per_write_dir(dir);
     let Ok(file) = compressed::open(&dir.join("writes.csv")) else {
         return vec![];
     };
@@ -805,7 +879,8 @@ fn write_plots(
     }
     // Per cell, over time: what a reader needs to understand the cell.
     for c in cells {
-        let dir = run_dir.join(&c.name);
+        let dir = per_write_dir(&run_dir.join(&c.name));
+        let traced = dir != run_dir.join(&c.name);
         let writes = WriteSeries::read(&dir);
         let a = Chart {
             title: format!("{}: sojourn per write, both estimators", c.name),
@@ -813,7 +888,14 @@ fn write_plots(
             y_label: "sojourn (ms)".into(),
             series: vec![
                 Series {
-                    name: "snd_nxt sampler".into(),
+                    // sbm-trace writes its exact departure where sbm-send writes the
+                    // sampler's bracket.
+                    name: if traced {
+                        "exact departure (sbm-trace)"
+                    } else {
+                        "snd_nxt sampler"
+                    }
+                    .into(),
                     points: thin(writes.sampled, 1200),
                     style: Style::Points,
                 },
@@ -1291,6 +1373,9 @@ mod tests {
             sampled_p50_us: None,
             sampled_p95_us: None,
             sampled_error_p50_us: None,
+            departure_p50_us: None,
+            departure_p95_us: None,
+            departed: None,
             exact: Some(100),
             coalesced: Some(0),
             missing: Some(0),

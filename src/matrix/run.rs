@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::report::{self, CellStatus, Status};
 use super::schedule;
-use super::spec::{Cell, MatrixSpec, SpecError};
+use super::spec::{Cell, MatrixSpec, SpecError, Workload};
 use crate::signals::StopSignals;
 use crate::sysinfo;
 use crate::testbed::{status, wan};
@@ -166,14 +166,14 @@ impl Drop for PathGuard {
     }
 }
 
-enum Waited {
+pub(super) enum Waited {
     Exited(ExitStatus),
     TimedOut,
     Interrupted,
 }
 
 /// Waits for `child`, a timeout, or SIGINT/SIGTERM, whichever comes first.
-fn wait_child(child: &mut Child, timeout: Duration, signals: &StopSignals) -> Waited {
+pub(super) fn wait_child(child: &mut Child, timeout: Duration, signals: &StopSignals) -> Waited {
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(Some(st)) = child.try_wait() {
@@ -189,7 +189,7 @@ fn wait_child(child: &mut Child, timeout: Duration, signals: &StopSignals) -> Wa
     }
 }
 
-fn stop_child(child: &mut Child, sig: Signal, grace: Duration) -> Option<ExitStatus> {
+pub(super) fn stop_child(child: &mut Child, sig: Signal, grace: Duration) -> Option<ExitStatus> {
     let _ = kill(Pid::from_raw(child.id() as i32), sig);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
@@ -222,11 +222,17 @@ pub(super) struct Meta {
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu_slices: Option<u32>,
     guest_sysctls: Vec<(String, String)>,
+    /// sysctls set in the sender's namespace for the cell, with the values they replaced.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) ns_sysctls: Vec<AppliedSysctl>,
+    /// `command` cells: sink_command is the client's, send_command sbm-trace's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workload: Option<&'static str>,
     repetition: u32,
     sink_command: Vec<String>,
     send_command: Vec<String>,
-    testbed_before: serde_json::Value,
-    testbed_after: serde_json::Value,
+    pub(super) testbed_before: serde_json::Value,
+    pub(super) testbed_after: serde_json::Value,
     /// With a rate schedule: when the sender connected (the schedule's origin) and each
     /// change as it took effect.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -257,6 +263,11 @@ impl Meta {
             cpu_quota: cell.cpu_quota,
             cpu_slices: cell.cpu_slices,
             guest_sysctls: cell.guest_sysctls.clone(),
+            ns_sysctls: vec![],
+            workload: match cell.workload {
+                Workload::Send => None,
+                Workload::Command { .. } => Some("command"),
+            },
             repetition: cell.repetition,
             sink_command,
             send_command,
@@ -280,13 +291,13 @@ impl Meta {
 /// guest boots first).
 const CONNECT_PATIENCE: Duration = Duration::from_secs(120);
 
-fn testbed_status(prefix: &str) -> serde_json::Value {
+pub(super) fn testbed_status(prefix: &str) -> serde_json::Value {
     wan::load_state(prefix)
         .map(|st| serde_json::to_value(status::collect(&st)).unwrap_or_default())
         .unwrap_or(serde_json::Value::Null)
 }
 
-fn spawn_logged(args: &[String], log: &Path) -> Result<Child, String> {
+pub(super) fn spawn_logged(args: &[String], log: &Path) -> Result<Child, String> {
     let f = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let f2 = f.try_clone().map_err(|e| e.to_string())?;
     Command::new(&args[0])
@@ -422,6 +433,16 @@ pub(super) fn send_flows(spec: &MatrixSpec, cell: &Cell) -> u16 {
 pub fn check_send_args(spec: &MatrixSpec, cells: &[Cell]) -> Result<(), MatrixError> {
     use clap::Parser as _;
     for cell in cells {
+        if let Workload::Command { server, .. } = &cell.workload {
+            let argv = super::command::trace_command(spec, cell, Path::new("OUT"), server);
+            crate::trace::cli::TraceArgs::try_parse_from(&argv[4..]).map_err(|e| {
+                MatrixError::SenderArgs {
+                    cell: cell.name.clone(),
+                    reason: crate::cli::one_line("sbm-trace", &e.render().to_string()),
+                }
+            })?;
+            continue;
+        }
         let mut argv = vec!["sbm-send".to_string()];
         argv.extend(send_args(spec, cell, "OUT", &emulated_sink()));
         let parsed = crate::send::cli::SendArgs::try_parse_from(&argv)
@@ -431,6 +452,77 @@ pub fn check_send_args(spec: &MatrixSpec, cells: &[Cell]) -> Result<(), MatrixEr
                 cell: cell.name.clone(),
                 reason,
             });
+        }
+    }
+    Ok(())
+}
+
+/// A sysctl of the sender's namespace as a cell set it.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct AppliedSysctl {
+    name: String,
+    value: String,
+    previous: String,
+}
+
+/// The cell's sysctls in the sender's namespace, put back when dropped (on every way out of
+/// the cell).
+pub(super) struct NsSysctls {
+    ns: String,
+    applied: Vec<AppliedSysctl>,
+}
+
+impl NsSysctls {
+    pub(super) fn apply(prefix: &str, cell: &Cell) -> Result<NsSysctls, String> {
+        let mut guard = NsSysctls {
+            ns: wan::Names::new(prefix).snd,
+            applied: vec![],
+        };
+        for (name, value) in &cell.sysctls {
+            let previous = wan::set_ns_sysctl(&guard.ns, name, value)
+                .map_err(|e| format!("setting {name}={value} in the sender's namespace: {e}"))?;
+            guard.applied.push(AppliedSysctl {
+                name: name.clone(),
+                value: value.clone(),
+                previous,
+            });
+        }
+        Ok(guard)
+    }
+
+    pub(super) fn applied(&self) -> Vec<AppliedSysctl> {
+        self.applied.clone()
+    }
+}
+
+impl Drop for NsSysctls {
+    fn drop(&mut self) {
+        for a in self.applied.iter().rev() {
+            if let Err(e) = wan::set_ns_sysctl(&self.ns, &a.name, &a.previous) {
+                crate::say!(
+                    "sbm-matrix: could not put back {}={}: {e}",
+                    a.name,
+                    a.previous
+                );
+            }
+        }
+    }
+}
+
+/// Sets the bottleneck the cell asks for, if the path's differs.
+pub(super) fn set_bottleneck(prefix: &str, cell: &Cell) -> Result<(), String> {
+    if let Some(state) = wan::load_state(prefix) {
+        if state.rate_bps != cell.rate_bps
+            || state.queue_us != cell.queue.as_micros() as u64
+            || state.bottleneck != cell.bottleneck
+        {
+            wan::set(
+                prefix,
+                cell.rate_bps,
+                Some(cell.queue),
+                Some(cell.bottleneck),
+            )
+            .map_err(|e| format!("setting the bottleneck: {e}"))?;
         }
     }
     Ok(())
@@ -449,22 +541,28 @@ fn run_cell(
     let _ = std::fs::create_dir_all(dir);
     let names = wan::Names::new(prefix);
     let bins = bin_dir();
-    if let Some(state) = wan::load_state(prefix) {
-        if state.rate_bps != cell.rate_bps
-            || state.queue_us != cell.queue.as_micros() as u64
-            || state.bottleneck != cell.bottleneck
-        {
-            if let Err(e) = wan::set(
-                prefix,
-                cell.rate_bps,
-                Some(cell.queue),
-                Some(cell.bottleneck),
-            ) {
-                st.error = Some(format!("setting the bottleneck: {e}"));
-                st.ended_unix_s = now_unix_s();
-                return (st, false);
-            }
+    let sysctls = match set_bottleneck(prefix, cell).and_then(|()| NsSysctls::apply(prefix, cell)) {
+        Ok(g) => g,
+        Err(e) => {
+            st.error = Some(e);
+            st.ended_unix_s = now_unix_s();
+            return (st, false);
         }
+    };
+    if let Workload::Command { server, client } = &cell.workload {
+        return super::command::run_cell(
+            &super::command::CommandCell {
+                spec,
+                prefix,
+                cell,
+                dir,
+                server,
+                client,
+                sysctls: &sysctls,
+            },
+            st,
+            signals,
+        );
     }
     let before = testbed_status(prefix);
     let mut sink_cmd: Vec<String> = vec![
@@ -595,6 +693,7 @@ fn run_cell(
     };
     st.sink_exit = sink_status.and_then(|s| s.code());
     let mut meta = Meta::new(cell, sink_cmd, send_cmd);
+    meta.ns_sysctls = sysctls.applied();
     meta.testbed_before = before;
     meta.testbed_after = testbed_status(prefix);
     meta.schedule_origin_unix_ns = origin_unix_ns;
@@ -623,14 +722,17 @@ pub(super) fn store_cell(cell: &Cell, dir: &Path, st: &CellStatus) -> String {
     );
     // Between cells, never beside a measurement: the per-write files are stored
     // compressed (readers open them by the plain name either way).
-    // A cell of several flows (`-P N`) has them per flow, in flow-K/.
+    // A cell of several flows (`-P N`) has them per flow, in flow-K/; a command cell per
+    // traced connection, in conn-N/.
     let flow_dirs = std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| {
                     p.is_dir()
-                        && p.file_name()
-                            .is_some_and(|n| n.to_string_lossy().starts_with("flow-"))
+                        && p.file_name().is_some_and(|n| {
+                            let n = n.to_string_lossy();
+                            n.starts_with("flow-") || n.starts_with("conn-")
+                        })
                 })
                 .collect::<Vec<_>>()
         })

@@ -55,9 +55,54 @@ pub struct ConfigSpec {
     pub guest_sysctls: Vec<String>,
     /// sbm-sink arguments for this row's cells, e.g. `["--ack", "delayed"]`.
     pub sink_args: Vec<String>,
+    /// sysctls set in the emulated path's sender namespace for this row's cells and put
+    /// back after each, `NAME=VALUE` (host sender kernel only), e.g.
+    /// `net.ipv4.tcp_notsent_lowat=131072`.
+    pub sysctls: Vec<String>,
+    /// `send` (sbm-send against sbm-sink, the default) or `command`: an unmodified
+    /// client/server pair across the path, the server run under sbm-trace (which then
+    /// takes `args`) in the sender's namespace, the client in the receiver's.
+    pub workload: Option<String>,
+    /// workload = "command": the server's command line and the client's. Placeholders:
+    /// {addr} and {port} (where the server listens), {dir} (the cell's directory),
+    /// {tmp} (a scratch directory removed after the cell), {seconds} (the cell's duration,
+    /// whole seconds) and {bytes} (twice what the bottleneck carries in that time).
+    /// Relative program paths are taken from where sbm-matrix runs (scripts/matrix: the
+    /// repository's root).
+    pub server: Vec<String>,
+    pub client: Vec<String>,
     /// The implementation report's figures for this row, keyed like `axes.rate`: table.md
     /// says whether each lies inside the spread of this run's repetitions.
     pub report: BTreeMap<String, ReportFigure>,
+}
+
+impl ConfigSpec {
+    /// The row's workload, checked.
+    pub fn workload(&self) -> Result<Workload, String> {
+        match self.workload.as_deref() {
+            None | Some("send") => {
+                if !self.server.is_empty() || !self.client.is_empty() {
+                    return Err("server and client need workload = \"command\"".into());
+                }
+                Ok(Workload::Send)
+            }
+            Some("command") => {
+                if self.server.is_empty() || self.client.is_empty() {
+                    return Err(
+                        "workload = \"command\" needs a server and a client command line".into(),
+                    );
+                }
+                if !self.sink_args.is_empty() {
+                    return Err("sink_args are sbm-sink's: a command cell runs no sink".into());
+                }
+                Ok(Workload::Command {
+                    server: self.server.clone(),
+                    client: self.client.clone(),
+                })
+            }
+            Some(other) => Err(format!("workload '{other}': send or command")),
+        }
+    }
 }
 
 /// A figure from the implementation report for one cell (each part optional).
@@ -246,6 +291,18 @@ impl Default for MatrixSpec {
     }
 }
 
+/// What a cell runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Workload {
+    /// sbm-send against sbm-sink.
+    Send,
+    /// An unmodified server (traced by sbm-trace) and its client, placeholders unexpanded.
+    Command {
+        server: Vec<String>,
+        client: Vec<String>,
+    },
+}
+
 /// One run of sbm-send: everything needed to run it and to place it in the table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cell {
@@ -266,11 +323,14 @@ pub struct Cell {
     pub cpu_slices: Option<u32>,
     /// `(name, value)` sysctls for the UML guest.
     pub guest_sysctls: Vec<(String, String)>,
+    /// `(name, value)` sysctls for the sender's namespace during the cell.
+    pub sysctls: Vec<(String, String)>,
+    pub workload: Workload,
     pub repetition: u32,
     pub duration: Duration,
     pub warmup: Duration,
     pub drain_timeout: Option<Duration>,
-    /// sbm-send arguments beyond connection and output.
+    /// sbm-send arguments beyond connection and output (sbm-trace's for command cells).
     pub args: Vec<String>,
     /// sbm-sink arguments beyond address and output.
     pub sink_args: Vec<String>,
@@ -457,6 +517,20 @@ impl MatrixSpec {
                     SpecError::Invalid(format!("configs.{name}.guest_sysctls: {e}"))
                 })?;
             }
+            for kv in &c.sysctls {
+                parse_sysctl(kv)
+                    .map_err(|e| SpecError::Invalid(format!("configs.{name}.sysctls: {e}")))?;
+            }
+            let host_only = !c.sysctls.is_empty() || c.workload.is_some();
+            if host_only
+                && (self.path.is_hosts() || self.axes.sender_kernel.iter().any(|k| k != "host"))
+            {
+                return Err(SpecError::Invalid(format!(
+                    "configs.{name}: sysctls and workload run on the emulated path's host kernel (path.kind = \"emulated\", sender_kernel = [\"host\"])"
+                )));
+            }
+            c.workload()
+                .map_err(|e| SpecError::Invalid(format!("configs.{name}: {e}")))?;
         }
         if let Some(t) = self
             .trapped_at_writes_per_rtt
@@ -731,6 +805,12 @@ impl MatrixSpec {
         if self.repetitions > 1 {
             name.push_str(&format!("-r{rep}"));
         }
+        let sysctls = spec
+            .sysctls
+            .iter()
+            .map(|kv| parse_sysctl(kv).map_err(SpecError::Invalid))
+            .collect::<Result<_, _>>()?;
+        let workload = spec.workload().map_err(SpecError::Invalid)?;
         let guest_sysctls = if k.sender_kernel == "uml" {
             spec.guest_sysctls
                 .iter()
@@ -752,6 +832,8 @@ impl MatrixSpec {
             cpu_quota: k.cpu_quota,
             cpu_slices: k.cpu_slices,
             guest_sysctls,
+            sysctls,
+            workload,
             repetition: rep,
             duration,
             warmup,

@@ -583,6 +583,11 @@ pub struct TraceConnSummary {
     /// Bytes that left the socket (highest sequence number sent) and were acknowledged.
     pub bytes_sent: u64,
     pub bytes_acked: u64,
+    /// Bytes acknowledged after the warm-up over the time from the warm-up's end to the
+    /// last acknowledgement the program reported (sbm-send's goodput, as seen by the
+    /// connection's events), and that window, s.
+    pub goodput_bps: f64,
+    pub goodput_window_s: f64,
     /// Sojourn from the TX_SCHED reports over exact and coalesced rows after the warm-up.
     pub sojourn: Percentiles,
     /// The exact departure of each write's last byte − its write time, after the warm-up.
@@ -595,6 +600,27 @@ pub struct TraceConnSummary {
     pub departures: u64,
     /// The kernel refused BPF TX timestamping on this connection (its error number).
     pub timestamping_error: Option<i32>,
+}
+
+/// OUT/conn-N/intervals.csv of sbm-trace: one row per reporting interval of a connection
+/// (the columns of sbm-send's intervals.csv that a tracer can know, under the same names).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TraceIntervalRow {
+    /// Seconds since the trace started.
+    pub start_s: f64,
+    pub end_s: f64,
+    /// The interval began before the connection's warm-up ended.
+    pub warmup: bool,
+    pub bytes_written: u64,
+    /// Bytes that left the socket (per-packet departures) and were acknowledged.
+    pub bytes_sent: u64,
+    pub bytes_acked: u64,
+    pub goodput_bps: f64,
+    pub writes: u64,
+    /// Writes whose last byte departed in the interval, and their sojourn to departure.
+    pub writes_departed: u64,
+    pub departure_p50_us: Option<u64>,
+    pub departure_p95_us: Option<u64>,
 }
 
 /// OUT/trace.json of sbm-trace (and its -J output).

@@ -94,6 +94,8 @@ pub enum TestbedError {
     NoDelayBinary(PathBuf),
     #[error("the delay line did not start: {0}")]
     DelayLine(String),
+    #[error("{0}")]
+    Invalid(String),
     #[error(transparent)]
     Cmd(#[from] CmdError),
     #[error("{path}: {source}")]
@@ -249,6 +251,22 @@ fn sysctl(ns: &str, key_path: &str, value: &str) -> Cmd {
         &["-c", &format!("echo '{value}' > /proc/sys/{key_path}")],
     )
     .in_ns(ns)
+}
+
+/// Sets the sysctl `name` (dotted, `net.ipv4.tcp_notsent_lowat`) inside namespace `ns` and
+/// returns the value it had, so that the caller can put it back.
+pub fn set_ns_sysctl(ns: &str, name: &str, value: &str) -> Result<String, TestbedError> {
+    let path = name.replace('.', "/");
+    if path.contains("..") || value.contains('\'') {
+        return Err(TestbedError::Invalid(format!(
+            "sysctl '{name}={value}': not a sysctl setting"
+        )));
+    }
+    let previous = Cmd::new("cat", &[&format!("/proc/sys/{path}")])
+        .in_ns(ns)
+        .run()?;
+    sysctl(ns, &path, value).run()?;
+    Ok(previous.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 fn run_all(cmds: &[Cmd]) -> Result<(), TestbedError> {

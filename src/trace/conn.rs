@@ -103,6 +103,10 @@ pub struct Connection {
     /// Writes before this CLOCK_REALTIME instant are the warm-up's.
     pub warmup_end_ns: u64,
     pub closed: bool,
+    /// (bytes acknowledged, time) at the first event after the warm-up, and the time of the
+    /// last acknowledgement seen: the goodput window.
+    warmup_mark: Option<(u64, u64)>,
+    last_ack_ns: u64,
 }
 
 impl Connection {
@@ -130,6 +134,8 @@ impl Connection {
             interval_sojourn: LatencyHist::new(),
             warmup_end_ns: 0,
             closed: false,
+            warmup_mark: None,
+            last_ack_ns: 0,
         }
     }
 
@@ -142,6 +148,20 @@ impl Connection {
         (self.written, self.sent, self.acked)
     }
 
+    /// Bytes acknowledged after the warm-up over the time from the warm-up's end to the
+    /// last acknowledgement seen (bit/s, and the window in seconds); zero before any.
+    pub fn goodput(&self) -> (f64, f64) {
+        let Some((acked0, t0)) = self.warmup_mark else {
+            return (0.0, 0.0);
+        };
+        let window_s = self.last_ack_ns.saturating_sub(t0) as f64 / 1e9;
+        let bytes = self.acked.min(self.written).saturating_sub(acked0);
+        if window_s <= 0.0 {
+            return (0.0, 0.0);
+        }
+        (bytes as f64 * 8.0 / window_s, window_s)
+    }
+
     /// Takes one event; rows that became final are appended to `rows`.
     pub fn on_event(&mut self, ev: &TraceEvent, rows: &mut Vec<TracedWrite>) {
         let t = self.clock.real_ns(ev.mono_ns);
@@ -149,8 +169,12 @@ impl Connection {
         let una = self
             .offset(ev.snd_una, self.acked)
             .min(self.written.max(self.sent));
+        if self.warmup_mark.is_none() && t >= self.warmup_end_ns {
+            self.warmup_mark = Some((self.acked, t));
+        }
         if una > self.acked && ev.kind != EventKind::Established {
             self.acked = una;
+            self.last_ack_ns = t;
         }
         match ev.kind {
             EventKind::Established => {}
@@ -364,5 +388,27 @@ mod tests {
         assert_eq!(rows[1].depart_ns, None);
         assert_eq!(rows[1].timed.sched.state, StampState::Unsent);
         assert_eq!(c.counts.stale_writes, 1);
+    }
+
+    #[test]
+    fn goodput_counts_the_bytes_acknowledged_after_the_warm_up() {
+        let mut c = conn();
+        c.warmup_end_ns = 1_000_000_001;
+        let mut rows = vec![];
+        let at = |off: u32| BASE.wrapping_add(off);
+        let acked = |kind, t, una: u32| TraceEvent {
+            snd_una: at(una),
+            ..ev(kind, t, at(100_000), at(100_000))
+        };
+        c.on_event(&ev(EventKind::Write, 0, at(100_000), at(0)), &mut rows);
+        c.on_event(&acked(EventKind::Depart, 500_000_000, 20_000), &mut rows);
+        assert_eq!(c.goodput(), (0.0, 0.0), "nothing after the warm-up yet");
+        // The mark is taken before the event's own acknowledgement counts.
+        c.on_event(&acked(EventKind::Ack, 1_000_000_000, 30_000), &mut rows);
+        c.on_event(&acked(EventKind::Ack, 1_500_000_000, 50_000), &mut rows);
+        c.on_event(&acked(EventKind::Ack, 2_000_000_000, 80_000), &mut rows);
+        let (bps, window) = c.goodput();
+        assert!((window - 1.0).abs() < 1e-9, "{window}");
+        assert!((bps - 480_000.0).abs() < 1e-6, "{bps}");
     }
 }

@@ -16,9 +16,10 @@ use super::conn::{Connection, MonoToReal, TracedWrite};
 use crate::bpf::cgroup::FreshCgroup;
 use crate::bpf::replenish::{self, BpfReplenishLink};
 use crate::bpf::trace::{EventKind, TraceSettings, Tracer};
+use crate::report::csv_file::CsvFile;
 use crate::report::csv_row::RowFile;
 use crate::report::schema::{
-    AttributionCounts, Resources, TraceConnSummary, TraceSummary, WriteRow,
+    AttributionCounts, Resources, TraceConnSummary, TraceIntervalRow, TraceSummary, WriteRow,
 };
 use crate::signals::StopSignals;
 use crate::stats::LatencyHist;
@@ -95,12 +96,14 @@ fn now_unix_ns() -> u64 {
 struct Traced {
     conn: Connection,
     writes: Option<RowFile>,
+    intervals: Option<CsvFile>,
     dir: Option<PathBuf>,
     prev_sched_ns: Option<u64>,
     sojourn: LatencyHist,
     attribution: AttributionCounts,
-    /// (written, sent, acked) at the last interval line.
+    /// (written, sent, acked) and writes at the last interval.
     last_progress: (u64, u64, u64),
+    last_writes: u64,
 }
 
 impl Traced {
@@ -131,6 +134,7 @@ impl Traced {
 
     fn summary(&self) -> TraceConnSummary {
         let (written, sent, acked) = self.conn.progress();
+        let (goodput_bps, goodput_window_s) = self.conn.goodput();
         let c = &self.conn.counts;
         TraceConnSummary {
             id: self.conn.id,
@@ -149,6 +153,8 @@ impl Traced {
             bytes_written: written,
             bytes_sent: sent,
             bytes_acked: acked,
+            goodput_bps,
+            goodput_window_s,
             sojourn: self.sojourn.percentiles(),
             sojourn_depart: self.conn.depart_sojourn.percentiles(),
             attribution_after_warmup: self.attribution.clone(),
@@ -229,16 +235,22 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
                 let mut conn = Connection::new(id, ev, clock);
                 conn.warmup_end_ns = conn.established_ns + cfg.warmup.as_nanos() as u64;
                 let dir = cfg.out.as_ref().map(|d| d.join(format!("conn-{id}")));
-                let writes = match &dir {
+                let (writes, intervals) = match &dir {
                     Some(d) => {
                         std::fs::create_dir_all(d)
                             .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
-                        Some(
-                            RowFile::create::<WriteRow>(&d.join("writes.csv"))
-                                .map_err(|e| e.to_string())?,
+                        (
+                            Some(
+                                RowFile::create::<WriteRow>(&d.join("writes.csv"))
+                                    .map_err(|e| e.to_string())?,
+                            ),
+                            Some(
+                                CsvFile::create(&d.join("intervals.csv"))
+                                    .map_err(|e| e.to_string())?,
+                            ),
                         )
                     }
-                    None => None,
+                    None => (None, None),
                 };
                 if !cfg.quiet {
                     crate::say!(
@@ -253,11 +265,13 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
                     Traced {
                         conn,
                         writes,
+                        intervals,
                         dir,
                         prev_sched_ns: None,
                         sojourn: LatencyHist::new(),
                         attribution: AttributionCounts::default(),
                         last_progress: (0, 0, 0),
+                        last_writes: 0,
                     },
                 );
                 continue;
@@ -270,9 +284,13 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
         }
         let now = Instant::now();
         if now >= next_interval {
-            if !cfg.quiet {
-                interval_lines(&mut conns, &order, t0, now, cfg.interval);
-            }
+            let start = next_interval - cfg.interval;
+            let span = Span {
+                start_s: start.duration_since(t0).as_secs_f64(),
+                end_s: now.duration_since(t0).as_secs_f64(),
+                start_unix_ns: started_unix_ns + start.duration_since(t0).as_nanos() as u64,
+            };
+            intervals(&mut conns, &order, &span, cfg.quiet)?;
             next_interval += cfg.interval;
         }
         if let Some(until) = drain_until {
@@ -309,6 +327,9 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
         t.conn.finish(&mut rows);
         t.take(rows)?;
         if let Some(f) = &mut t.writes {
+            f.flush().map_err(|e| e.to_string())?;
+        }
+        if let Some(f) = &mut t.intervals {
             f.flush().map_err(|e| e.to_string())?;
         }
         let s = t.summary();
@@ -388,15 +409,21 @@ fn stop_child(child: &mut Option<Child>, status: &mut Option<i32>) {
     *child = None;
 }
 
-fn interval_lines(
+/// An interval: its bounds since the trace started, and its start on CLOCK_REALTIME.
+struct Span {
+    start_s: f64,
+    end_s: f64,
+    start_unix_ns: u64,
+}
+
+/// Every connection's row of the interval (intervals.csv) and, unless quiet, its line.
+fn intervals(
     conns: &mut HashMap<u64, Traced>,
     order: &[u64],
-    t0: Instant,
-    now: Instant,
-    interval: Duration,
-) {
-    let end = now.duration_since(t0).as_secs_f64();
-    let start = (end - interval.as_secs_f64()).max(0.0);
+    span: &Span,
+    quiet: bool,
+) -> Result<(), String> {
+    let secs = (span.end_s - span.start_s).max(1e-9);
     for cookie in order {
         let t = conns.get_mut(cookie).expect("every id has its connection");
         if t.conn.closed && t.conn.progress() == t.last_progress {
@@ -405,22 +432,43 @@ fn interval_lines(
         let (w, s, a) = t.conn.progress();
         let (w0, s0, a0) = t.last_progress;
         let h = &t.conn.interval_sojourn;
-        crate::say!(
-            "[conn {}] {:.2}-{:.2} s  written {}  sent {}  acked {} ({})  writes departed {}  sojourn p50 {} p95 {}",
-            t.conn.id,
-            start,
-            end,
-            Bytes(w - w0),
-            Bytes(s - s0),
-            Bytes(a - a0),
-            BitRate((a - a0) as f64 * 8.0 / interval.as_secs_f64()),
-            h.count(),
-            h.quantile(0.5).map_or("-".into(), |v| Micros(v).to_string()),
-            h.quantile(0.95).map_or("-".into(), |v| Micros(v).to_string()),
-        );
+        let row = TraceIntervalRow {
+            start_s: span.start_s,
+            end_s: span.end_s,
+            warmup: span.start_unix_ns < t.conn.warmup_end_ns,
+            bytes_written: w - w0,
+            bytes_sent: s - s0,
+            bytes_acked: a - a0,
+            goodput_bps: (a - a0) as f64 * 8.0 / secs,
+            writes: t.conn.counts.writes - t.last_writes,
+            writes_departed: h.count(),
+            departure_p50_us: h.quantile(0.5),
+            departure_p95_us: h.quantile(0.95),
+        };
+        if let Some(f) = &mut t.intervals {
+            f.write(&row).map_err(|e| e.to_string())?;
+        }
+        if !quiet {
+            let p = |v: Option<u64>| v.map_or("-".into(), |v| Micros(v).to_string());
+            crate::say!(
+                "[conn {}] {:.2}-{:.2} s  written {}  sent {}  acked {} ({})  writes departed {}  sojourn p50 {} p95 {}",
+                t.conn.id,
+                row.start_s,
+                row.end_s,
+                Bytes(row.bytes_written),
+                Bytes(row.bytes_sent),
+                Bytes(row.bytes_acked),
+                BitRate(row.goodput_bps),
+                row.writes_departed,
+                p(row.departure_p50_us),
+                p(row.departure_p95_us),
+            );
+        }
         t.last_progress = (w, s, a);
+        t.last_writes = t.conn.counts.writes;
         t.conn.interval_sojourn.reset();
     }
+    Ok(())
 }
 
 fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), String> {
