@@ -15,8 +15,8 @@ use nix::sys::signal::Signal;
 const PROGRAM: &str = "sbm_replenish";
 const T_S: f64 = 0.015;
 
-/// What BPF and cgroup state of ours exists: program ids, link ids, cgroup directories and
-/// cgroup2 mounts of sbm-send's own.
+/// What BPF and cgroup state of ours exists: program ids, link ids, cgroup directories of
+/// sbm-send's and sbm-trace's own, and cgroup2 mounts of theirs.
 #[derive(Debug, PartialEq, Eq)]
 struct Attached {
     programs: Vec<u64>,
@@ -70,6 +70,10 @@ fn attached() -> Attached {
                         .unwrap()
                         .to_string_lossy()
                         .starts_with("sbm-bpf-")
+                        || p.file_name()
+                            .unwrap()
+                            .to_string_lossy()
+                            .starts_with("sbm-trace-")
                 })
                 .collect()
         })
@@ -610,4 +614,128 @@ fn sbm_trace_steers_an_unmodified_sender_with_bpf_replenish() {
     );
     drop(bed);
     assert_eq!(attached(), before, "BPF state left after tracing");
+}
+
+/// A matrix of `workload = "command"` cells: Debian's nginx, unmodified, serving curl across
+/// the 2 Mb/s path under sbm-trace, with the system default, with a sysctl NOTSENT_LOWAT in
+/// the sender's namespace, and with the BPF REPLENISH_TIME. Each cell records the server's
+/// writes with exact departures; the sysctl and the BPF rule each cut the writes' delay
+/// (measured here: ~2.4 s by default, ~0.3 s with either), the sysctl is put back, and
+/// nothing of the cells stays behind.
+#[test]
+fn a_command_cell_traces_an_unmodified_server_and_applies_its_settings() {
+    let _g = serial();
+    require_root();
+    for tool in ["nginx", "curl"] {
+        assert!(
+            run_program(
+                "sh",
+                &["-c", &format!("command -v {tool}")],
+                Duration::from_secs(10)
+            )
+            .status
+            .success(),
+            "{tool} is needed (scripts/setup installs nginx-light and curl)"
+        );
+    }
+    let before = attached();
+    let dir = tempdir("command-cells");
+    let matrix = dir.join("unmodified.toml");
+    let command = r#"workload = "command"
+server = ["scripts/unmodified/nginx-serve", "{addr}", "{port}", "{tmp}", "{bytes}"]
+client = ["scripts/unmodified/http-get", "http://{addr}:{port}/file", "{seconds}", "{dir}"]
+"#;
+    std::fs::write(
+        &matrix,
+        format!(
+            "duration = \"12s\"\nwarmup = \"4s\"\npause = \"0s\"\n[axes]\nrate = [\"2mbit\"]\n\
+             config = [\"plain\", \"lowat\", \"bpf\"]\n\
+             [configs.plain]\n{command}\
+             [configs.lowat]\nsysctls = [\"net.ipv4.tcp_notsent_lowat=16384\"]\n{command}\
+             [configs.bpf]\nargs = [\"--replenish-time\", \"20ms\"]\n{command}"
+        ),
+    )
+    .unwrap();
+    let prefix = format!("cm{}", std::process::id() % 100_000);
+    let out = dir.join("run");
+    let mut cmd = std::process::Command::new(bin("sbm-matrix"));
+    cmd.args([
+        "run",
+        matrix.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .args(["--prefix", &prefix]);
+    let res = output_within(cmd, Duration::from_secs(240));
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+
+    let rows = read_csv(&out.join("summary.csv"));
+    let row = |config: &str| rows.iter().find(|r| r["config"] == config).unwrap();
+    let mut p50 = std::collections::HashMap::new();
+    for config in ["plain", "lowat", "bpf"] {
+        let r = row(config);
+        assert_eq!(r["status"], "ok", "{r:?}");
+        let cell = out.join(format!("2mbit-{config}"));
+        let trace = read_json(&cell.join("trace.json"));
+        let conn = &trace["connections"][0];
+        assert_eq!(
+            conn["remote"].as_str().unwrap().split(':').next(),
+            Some("198.18.2.1")
+        );
+        // Every write after the warm-up that left the socket has its exact departure.
+        let writes = read_csv(&cell.join("conn-0/writes.csv"));
+        let departed_rows = writes
+            .iter()
+            .filter(|w| w["warmup"] == "false" && !w["depart_lo_ns"].is_empty())
+            .count() as u64;
+        assert_eq!(num(r, "departed"), Some(departed_rows), "{r:?}");
+        assert!(
+            departed_rows >= 3,
+            "{config}: {departed_rows} writes departed"
+        );
+        let goodput = f(r, "goodput_bps");
+        assert!(
+            (1.5e6..2.0e6).contains(&goodput),
+            "{config}: goodput {goodput} on a 2 Mb/s path"
+        );
+        p50.insert(config, num(r, "departure_p50_us").unwrap());
+        // curl's own account: it ran to its time limit.
+        let client = read_json(&cell.join("client.json"));
+        assert_eq!(client["exitcode"], 28, "{client}");
+    }
+    eprintln!("median delay of nginx's writes, µs: {p50:?}");
+    for config in ["lowat", "bpf"] {
+        assert!(
+            p50["plain"] > 3 * p50[config],
+            "{config} {} µs against the default {} µs",
+            p50[config],
+            p50["plain"]
+        );
+    }
+    assert_eq!(row("bpf")["policy"], "traced+replenish-time/bpf");
+    let meta = read_json(&out.join("2mbit-lowat/meta.json"));
+    assert_eq!(meta["ns_sysctls"][0]["value"], "16384", "{meta}");
+    assert_eq!(meta["workload"], "command");
+    assert!(
+        std::fs::read_to_string(out.join("table.md"))
+            .unwrap()
+            .contains("(departure)"),
+        "table.md marks the traced cells' estimator"
+    );
+    // Nothing left: the path's namespaces, the cells' scratch directories, BPF state.
+    let netns = run_program("ip", &["netns", "list"], Duration::from_secs(30)).stdout;
+    assert!(!netns.contains(&format!("{prefix}-")), "{netns}");
+    let scratch: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("sbm-cell-")
+                && ["plain", "lowat", "bpf"]
+                    .iter()
+                    .any(|c| name.ends_with(&format!("-2mbit-{c}")))
+        })
+        .collect();
+    assert!(scratch.is_empty(), "{scratch:?}");
+    assert_eq!(attached(), before, "BPF state left after the cells");
 }

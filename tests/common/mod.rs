@@ -25,6 +25,7 @@ pub fn bin(name: &str) -> PathBuf {
         "sbm-send" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-send")),
         "sbm-sink" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-sink")),
         "sbm-trace" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-trace")),
+        "sbm-matrix" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-matrix")),
         other => panic!("unknown binary {other}"),
     }
 }
