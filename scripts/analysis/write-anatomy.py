@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""What a traced server's writes were made of, per configuration and rate over the runs.
+
+Usage: scripts/analysis/write-anatomy.py results/unmodified > results/unmodified/writes.md
+
+For every `ok` cell of a run with traced (command) cells: the connection that carried the most
+(as table.md), its writes after the warm-up (conn-N/writes.csv, plain or .xz) — how many, the
+bytes each send call queued (`bytes_accepted`), the unsent bytes already queued ahead of it
+(`notsent_before`), and the delay of its last byte (`depart_lo_ns` − `write_ns`, the exact
+departure) — each the median over the run's writes; per table cell the median of the runs'
+medians with the smallest and largest run in brackets. The delay of a write's last byte is the
+time to drain what was queued ahead of it plus the write itself, so these columns say which of
+the two a configuration shortened. Standard library only.
+"""
+import csv
+import io
+import json
+import lzma
+import os
+import statistics as st
+import sys
+from collections import defaultdict
+
+
+def open_csv(path):
+    if os.path.exists(path):
+        return open(path, newline='')
+    return io.TextIOWrapper(lzma.open(path + '.xz'), newline='')
+
+
+def spread(values, fmt):
+    if not values:
+        return '—'
+    return f"{fmt(st.median(values))} [{fmt(min(values))}–{fmt(max(values))}]"
+
+
+def kb(v):
+    return f"{v / 1000:.1f} kB"
+
+
+def ms(v):
+    return f"{v / 1e6:.1f} ms" if v < 1e9 else f"{v / 1e9:.2f} s"
+
+
+def main(run_dir):
+    rows = list(csv.DictReader(open(os.path.join(run_dir, 'summary.csv'))))
+    groups = defaultdict(list)
+    order = []
+    for r in rows:
+        if r['status'] != 'ok':
+            continue
+        cell = os.path.join(run_dir, r['cell'])
+        trace_path = os.path.join(cell, 'trace.json')
+        if not os.path.exists(trace_path):
+            continue
+        conns = json.load(open(trace_path))['connections']
+        if not conns:
+            continue
+        main_conn = max(conns, key=lambda c: c['bytes_written'])
+        writes = [w for w in csv.DictReader(open_csv(
+            os.path.join(cell, f"conn-{main_conn['id']}", 'writes.csv'))) if w['warmup'] == 'false']
+        if not writes:
+            continue
+        departed = [int(w['depart_lo_ns']) - int(w['write_ns']) for w in writes if w['depart_lo_ns']]
+        key = (r['rate'], r['label'])
+        if key not in groups:
+            order.append(key)
+        groups[key].append({
+            'writes': len(writes),
+            'size': st.median(int(w['bytes_accepted']) for w in writes),
+            'ahead': st.median(int(w['notsent_before']) for w in writes),
+            'delay': st.median(departed) if departed else None,
+        })
+    print(f"# What the traced writes were made of: {os.path.basename(os.path.normpath(run_dir))}\n")
+    print("Per run, over the writes after the warm-up of the connection that carried the most: the median "
+          "bytes a send call queued, the median unsent bytes queued ahead of it, and the median delay of its "
+          "last byte (exact departure); per cell the median of the runs with the smallest and largest in "
+          "brackets (scripts/analysis/write-anatomy.py).\n")
+    print("| rate | configuration | runs | writes per run | bytes per write | unsent ahead of a write | delay of its last byte |")
+    print("|---|---|---|---|---|---|---|")
+    for key in order:
+        g = groups[key]
+        print(f"| {key[0]} | {key[1]} | {len(g)} | {spread([x['writes'] for x in g], lambda v: f'{v:.0f}')} | "
+              f"{spread([x['size'] for x in g], kb)} | {spread([x['ahead'] for x in g], kb)} | "
+              f"{spread([x['delay'] for x in g if x['delay'] is not None], ms)} |")
+
+
+if __name__ == '__main__':
+    if len(sys.argv) != 2:
+        sys.exit(__doc__.split('\n\n')[1])
+    main(sys.argv[1])
