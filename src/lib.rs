@@ -4,7 +4,8 @@
 //! - [`units`]: sizes, durations and rates as typed on the command line and printed.
 //! - [`tcpinfo`]: `struct tcp_info` parsed by offset.
 //! - [`tstamp`]: TX timestamp reports (cmsg parsing) and the write ledger that
-//!   attributes them to writes.
+//!   attributes them to writes; the snd_nxt sampler; the exact departures' ledger
+//!   (per-packet departures matched to writes, for sbm-trace and `--exact-departures`).
 //! - [`stats`]: latency histograms.
 //! - [`sockopt`]: typed socket options, applied and read back.
 //! - [`replenish`]: TCP_REPLENISH_TIME in one place — the rule as pure decisions, the gate
@@ -24,7 +25,8 @@
 //!   sink.
 //! - [`sink`]: sbm-sink, the discard receiver (bounded connections, idle timeout, back-off).
 //! - [`bpf`]: the BPF programs of `bpf/` loaded and attached (libbpf-rs): a fresh cgroup
-//!   v2 directory, TCP_REPLENISH_TIME as a sock_ops program, the tracer's events.
+//!   v2 directory, TCP_REPLENISH_TIME as a sock_ops program, the tracer's events, and
+//!   sbm-send's exact departures from them.
 //! - [`trace`]: sbm-trace, per-write timing of unmodified programs' connections.
 //! - [`sys`]: the only unsafe code: raw syscalls.
 //! - [`delay`]: sbm-delay, the test bed's NFQUEUE delay line.
@@ -36,10 +38,11 @@
 //!   table.md and plots as functions of the cells' stored results, `matrix::svg` the plots,
 //!   `matrix::schedule` bottleneck changes during a cell, `matrix::hosts` the cells on real
 //!   hosts over ssh (pairs, shaping held per cell, outputs brought back), `matrix::recovery` the content
-//!   age's return to its floor after them.
+//!   age's return to its floor after them, `matrix::command` the command cells (an
+//!   unmodified server under sbm-trace and its client).
 //! - [`embedded`]: the presets and kernel inputs built into the binaries (build.rs), for
 //!   installs without the source tree; [`docs`]: man pages and shell completions.
-//! - [`addr`], [`cli`], [`clock`], [`ne`], [`signals`], [`sysinfo`]: small helpers.
+//! - [`addr`], [`cli`], [`clock`] (also BPF's monotonic clock to realtime), [`ne`], [`signals`], [`sysinfo`]: small helpers.
 
 pub mod addr;
 pub mod bpf;

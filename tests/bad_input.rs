@@ -283,6 +283,8 @@ const CASES: &[Case] = &[
     ("testbed/shape", &["apply"], 2, "<DEV>"),
     ("testbed/uml", &["run", "--mem", "x"], 2, "--mem"),
     ("sbm-send", &["-c", C, "--replenish-time", "15ms", "--replenish-impl", "bpf", "--rate-estimator", "cwnd"], 2, "delivery estimator only"),
+    ("sbm-send", &["-c", C, "--exact-departures", "-P", "2"], 2, "one connection"),
+    ("sbm-send", &["-c", C, "--exact-departures", "--no-timestamps"], 2, "--no-timestamps"),
     ("sbm-trace", &[], 2, "COMMAND"),
     ("sbm-trace", &["--cgroup", "/nonexistent/cg", "--", "true"], 2, "--cgroup"),
     ("sbm-trace", &["--cgroup", "/nonexistent/cg"], 1, "/nonexistent/cg"),

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""What a traced server's writes were made of, per configuration and rate over the runs.
+"""What a run's writes were made of, per configuration and rate over the runs.
 
 Usage: scripts/analysis/write-anatomy.py results/unmodified > results/unmodified/writes.md
 
-For every `ok` cell of a run with traced (command) cells: the connection that carried the most
-(as table.md), its writes after the warm-up (conn-N/writes.csv, plain or .xz) — how many, the
-bytes each send call queued (`bytes_accepted`), the unsent bytes already queued ahead of it
-(`notsent_before`), and the delay of its last byte (`depart_lo_ns` − `write_ns`, the exact
-departure) — each the median over the run's writes; per table cell the median of the runs'
+For every `ok` cell: its writes after the warm-up — a traced (command) cell's connection that
+carried the most (conn-N/writes.csv, as table.md), an sbm-send cell's writes.csv (plain or
+.xz) — how many, the bytes each send call queued (`bytes_accepted`), the unsent bytes already queued ahead of it
+(`notsent_before`), and the delay of its last byte (the exact departure for traced cells,
+the snd_nxt sampler's bracket midpoint for sbm-send's: `depart_lo_ns`/`depart_hi_ns` −
+`write_ns`) — each the median over the run's writes; per table cell the median of the runs'
 medians with the smallest and largest run in brackets. The delay of a write's last byte is the
 time to drain what was queued ahead of it plus the write itself, so these columns say which of
 the two a configuration shortened. Standard library only.
@@ -51,17 +52,25 @@ def main(run_dir):
             continue
         cell = os.path.join(run_dir, r['cell'])
         trace_path = os.path.join(cell, 'trace.json')
-        if not os.path.exists(trace_path):
+        if os.path.exists(trace_path):
+            conns = json.load(open(trace_path))['connections']
+            if not conns:
+                continue
+            main_conn = max(conns, key=lambda c: c['bytes_written'])
+            data = os.path.join(cell, f"conn-{main_conn['id']}")
+        else:
+            data = cell  # sbm-send's own writes.csv
+        try:
+            writes = [w for w in csv.DictReader(open_csv(os.path.join(data, 'writes.csv')))
+                      if w['warmup'] == 'false']
+        except FileNotFoundError:
             continue
-        conns = json.load(open(trace_path))['connections']
-        if not conns:
-            continue
-        main_conn = max(conns, key=lambda c: c['bytes_written'])
-        writes = [w for w in csv.DictReader(open_csv(
-            os.path.join(cell, f"conn-{main_conn['id']}", 'writes.csv'))) if w['warmup'] == 'false']
         if not writes:
             continue
-        departed = [int(w['depart_lo_ns']) - int(w['write_ns']) for w in writes if w['depart_lo_ns']]
+        # The exact departure where there is one (sbm-trace: depart_lo = depart_hi), else the
+        # snd_nxt sampler's bracket midpoint.
+        departed = [(int(w['depart_lo_ns']) + int(w['depart_hi_ns'])) // 2 - int(w['write_ns'])
+                    for w in writes if w['depart_lo_ns'] and w['depart_hi_ns']]
         key = (r['rate'], r['label'])
         if key not in groups:
             order.append(key)
@@ -71,7 +80,7 @@ def main(run_dir):
             'ahead': st.median(int(w['notsent_before']) for w in writes),
             'delay': st.median(departed) if departed else None,
         })
-    print(f"# What the traced writes were made of: {os.path.basename(os.path.normpath(run_dir))}\n")
+    print(f"# What the writes were made of: {os.path.basename(os.path.normpath(run_dir))}\n")
     print("Per run, over the writes after the warm-up of the connection that carried the most: the median "
           "bytes a send call queued, the median unsent bytes queued ahead of it, and the median delay of its "
           "last byte (exact departure); per cell the median of the runs with the smallest and largest in "

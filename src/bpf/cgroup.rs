@@ -140,7 +140,7 @@ impl FreshCgroup {
                 )
             }
         };
-        sweep_leftovers(&mount.dir, &["sbm-bpf", "sbm-trace"]);
+        sweep_leftovers(&mount.dir, &["sbm-bpf", "sbm-trace", "sbm-depart"]);
         let name = format!(
             "{prefix}-{}-{}",
             std::process::id(),

@@ -12,6 +12,7 @@
 //! run, a signal, an error).
 
 pub mod cgroup;
+pub mod departures;
 pub mod replenish;
 pub mod trace;
 

@@ -118,6 +118,34 @@ pub fn is_running() -> bool {
     ACTIVE.lock().unwrap_or_else(|e| e.into_inner()).is_some()
 }
 
+/// The program's last word on `fd` as the readiness rule's decision (sbm-send's interval
+/// lines and intervals.csv): the threshold it keeps, the rate it used (before the first
+/// sample the cwnd/srtt estimate, recovered from threshold = rate × `time`) and its source.
+/// None when the program holds nothing for the socket.
+pub fn decision(
+    fd: std::os::fd::BorrowedFd<'_>,
+    time: std::time::Duration,
+) -> Option<crate::replenish::Decision> {
+    use crate::replenish::rule::{RateSource, Reason};
+    let st = socket_state(fd)?;
+    Some(crate::replenish::Decision {
+        writable: true,
+        reason: Reason::BelowThreshold,
+        threshold: Some(st.threshold_bytes),
+        rate: (st.rate_source != "none").then_some(if st.rate_bytes_per_s > 0 {
+            st.rate_bytes_per_s as f64
+        } else {
+            st.threshold_bytes as f64 * 1e6 / time.as_micros().max(1) as f64
+        }),
+        source: match st.rate_source.as_ref() {
+            "sample" => RateSource::Sample,
+            "app-limited-sample" => RateSource::AppLimitedSample,
+            "cwnd-srtt" => RateSource::CwndSrtt,
+            _ => RateSource::None,
+        },
+    })
+}
+
 /// The program's view of the socket `fd` (None: no program running, or the socket is not
 /// one it looks after).
 pub fn socket_state(fd: BorrowedFd<'_>) -> Option<BpfSocketState> {
@@ -196,6 +224,12 @@ impl BpfReplenish {
     /// The cgroup the program is attached to.
     pub fn cgroup(&self) -> &std::path::Path {
         self.cgroup.path()
+    }
+
+    /// The cgroup's directory, for another program on the same sockets.
+    pub fn cgroup_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.cgroup.as_fd()
     }
 }
 

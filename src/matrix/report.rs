@@ -290,9 +290,14 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         sampled_p50_us: p(|s| &s.sojourn_sampled, |p| p.p50_us),
         sampled_p95_us: p(|s| &s.sojourn_sampled, |p| p.p95_us),
         sampled_error_p50_us: p(|s| &s.sampled_error, |p| p.p50_us),
-        departure_p50_us: traced.and_then(|t| t.sojourn_depart.p50_us),
-        departure_p95_us: traced.and_then(|t| t.sojourn_depart.p95_us),
-        departed: traced.map(|t| t.sojourn_depart.count),
+        departure_p50_us: p(|s| &s.sojourn_depart, |p| p.p50_us)
+            .or(traced.and_then(|t| t.sojourn_depart.p50_us)),
+        departure_p95_us: p(|s| &s.sojourn_depart, |p| p.p95_us)
+            .or(traced.and_then(|t| t.sojourn_depart.p95_us)),
+        departed: s
+            .filter(|s| s.exact_departures.is_some())
+            .map(|s| s.sojourn_depart.count)
+            .or(traced.map(|t| t.sojourn_depart.count)),
         exact: after.or(traced_after).map(|a| a.exact),
         coalesced: after.or(traced_after).map(|a| a.coalesced),
         missing: after.or(traced_after).map(|a| a.missing),
@@ -593,7 +598,7 @@ pub fn notes_md(spec: &MatrixSpec, rows: &[SummaryRow], groups: &[Group<'_>]) ->
     let mut out = String::new();
     out.push_str("\nCells: median / p95 source queueing delay of the writes after the warm-up @ goodput (bytes that entered the network after the warm-up and were acknowledged by the end of writing, over that time). Delay = write → departure of its last byte from the socket, from the snd_nxt sampler (every write, bracketed; error bounds below); cells marked (TX_SCHED) come from TX_SCHED reports (exact and coalesced writes) because the run had no sampler. With several runs of a cell (n), each figure is the median of the runs' figures, with the smallest and largest run in brackets.\n");
     if rows.iter().any(|r| r.departure_p50_us.is_some()) {
-        out.push_str("\nCells marked (departure) ran an unmodified server under sbm-trace (workload = \"command\"): delay = write → the exact departure of its last byte, from the per-packet sequence numbers (every write, no bracket); goodput = bytes acknowledged after the warm-up over the time to the last acknowledgement the trace saw (the cell's trace.json and conn-N/).\n");
+        out.push_str("\nCells marked (departure): delay = write → the exact departure of its last byte, from per-packet sequence numbers (BPF; every write, no bracket) — sbm-send's `--exact-departures`, or sbm-trace for command cells (`workload = \"command\"`: an unmodified server; goodput there = bytes acknowledged after the warm-up over the time to the last acknowledgement the trace saw; the cell's trace.json and conn-N/).\n");
     }
     if rows
         .iter()

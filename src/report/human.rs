@@ -161,6 +161,19 @@ pub fn send_summary_text(s: &SendSummary) -> String {
                 opt_micros(s.sampled_error.p50_us)
             );
         }
+        if let Some(x) = &s.exact_departures {
+            let _ = writeln!(
+                out,
+                "sojourn (exact departure): {}  ({} departures{})",
+                percentiles_line(&s.sojourn_depart),
+                x.departures,
+                if x.events_lost > 0 {
+                    format!(", {} events lost: their writes have none", x.events_lost)
+                } else {
+                    String::new()
+                }
+            );
+        }
         let a = &s.attribution;
         let _ = writeln!(
             out,

@@ -42,6 +42,10 @@ pub struct WriteRow {
     /// Bracket midpoint − write_ns, and half the bracket, µs.
     pub sampled_sojourn_us: Option<u64>,
     pub sampled_error_us: Option<u64>,
+    /// The exact departure of the write's last byte from per-packet sequence numbers
+    /// (sbm-send --exact-departures, sbm-trace), and its − write_ns, µs.
+    pub depart_exact_ns: Option<u64>,
+    pub depart_exact_sojourn_us: Option<u64>,
 }
 
 impl WriteRow {
@@ -50,6 +54,7 @@ impl WriteRow {
         warmup: bool,
         advance_us: Option<i64>,
         departure: Option<Departure>,
+        exact_departure: Option<u64>,
     ) -> WriteRow {
         WriteRow {
             seq: w.write.seq,
@@ -75,6 +80,9 @@ impl WriteRow {
             sampled_sojourn_us: departure
                 .map(|d| d.estimate_ns().saturating_sub(w.write.write_ns) / 1_000),
             sampled_error_us: departure.map(|d| d.error_ns() / 1_000),
+            depart_exact_ns: exact_departure,
+            depart_exact_sojourn_us: exact_departure
+                .map(|t| t.saturating_sub(w.write.write_ns) / 1_000),
         }
     }
 }
@@ -103,6 +111,8 @@ impl crate::report::csv_row::CsvRow for WriteRow {
         "depart_hi_ns",
         "sampled_sojourn_us",
         "sampled_error_us",
+        "depart_exact_ns",
+        "depart_exact_sojourn_us",
     ];
 
     fn fields(&self, l: &mut crate::report::csv_row::Line<'_>) {
@@ -128,6 +138,8 @@ impl crate::report::csv_row::CsvRow for WriteRow {
         l.opt_u64(self.depart_hi_ns);
         l.opt_u64(self.sampled_sojourn_us);
         l.opt_u64(self.sampled_error_us);
+        l.opt_u64(self.depart_exact_ns);
+        l.opt_u64(self.depart_exact_sojourn_us);
     }
 }
 
@@ -564,6 +576,18 @@ pub struct BpfSocketState {
     pub last_error: i32,
 }
 
+/// summary.json `exact_departures` (sbm-send --exact-departures).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct ExactDepartureReport {
+    /// Segments that raised the highest sequence sent.
+    pub departures: u64,
+    /// Events the BPF program could not queue (ring buffer full; their writes have no
+    /// exact departure) and records that did not decode.
+    pub events_lost: u64,
+    pub events_malformed: u64,
+}
+
 /// OUT/conn-N/summary.json of sbm-trace: one traced connection.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -696,6 +720,10 @@ pub struct SendSummary {
     pub sojourn_sampled: Percentiles,
     /// Half-widths of those brackets.
     pub sampled_error: Percentiles,
+    /// `--exact-departures`: the exact departure of every write's last byte − its write
+    /// time, after the warm-up (empty without it), and what the estimator saw.
+    pub sojourn_depart: Percentiles,
+    pub exact_departures: Option<ExactDepartureReport>,
     pub sampling: SamplingReport,
     /// sbm-send's own cost (getrusage): CPU seconds and peak resident memory.
     pub resources: Resources,
@@ -799,6 +827,8 @@ mod csv_row_tests {
             depart_hi_ns: None,
             sampled_sojourn_us: some.then_some(0),
             sampled_error_us: Some(459),
+            depart_exact_ns: some.then_some(1_795_989_513_158_700_000),
+            depart_exact_sojourn_us: some.then_some(376_665),
         }
     }
 

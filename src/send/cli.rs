@@ -183,6 +183,14 @@ pub struct SendArgs {
     #[arg(long, default_value = "1ms", value_parser = units::parse_duration_or_zero, value_name = "DUR", conflicts_with = "no_timestamps")]
     pub sample_interval: Duration,
 
+    /// A third departure estimator beside TX_SCHED and the snd_nxt sampler: the exact
+    /// departure of every write's last byte from per-packet sequence numbers (a BPF program
+    /// on a fresh cgroup this process joins; root, cgroup v2). writes.csv gets
+    /// `depart_exact_ns` and `depart_exact_sojourn_us`, the summary `sojourn_depart`. Its
+    /// events are read when TX reports are, never by a wakeup of their own.
+    #[arg(long, conflicts_with_all = ["no_timestamps", "light"])]
+    pub exact_departures: bool,
+
     /// Send every write with MSG_EOR so that it gets its own skb and TX report. A measurement
     /// mode for checking the estimators: it changes packetisation (no coalescing).
     #[arg(long, conflicts_with = "no_timestamps")]
@@ -448,6 +456,12 @@ impl SendArgs {
                 ));
             }
         }
+        if self.exact_departures && self.parallel > 1 {
+            return Err(format!(
+                "--exact-departures times one connection: it cannot be combined with -P {}",
+                self.parallel
+            ));
+        }
         if self.paced_start.is_some() && self.burst > 1 {
             return Err(
                 "--paced-start makes exactly one write per RTT: it cannot be combined with --burst"
@@ -509,6 +523,7 @@ impl SendArgs {
                 self.sample_interval
             },
             eor: self.eor,
+            exact_departures: self.exact_departures,
             burst: self.burst,
             paced_start: self.paced_start,
             rule_trace: self.rule_trace,

@@ -55,6 +55,8 @@ pub struct SendConfig {
     /// snd_nxt sampling period for the second departure estimator (zero = off).
     pub sample_interval: Duration,
     /// Send each write with MSG_EOR (its own skb and TX report).
+    /// Per-packet departures by BPF: the third estimator (`--exact-departures`).
+    pub exact_departures: bool,
     pub eor: bool,
     /// Writes per kernel-readiness invitation at most (1: sbm's one write per invitation).
     pub burst: u32,

@@ -120,7 +120,7 @@ pub fn run_flows(cfg: &SendConfig, n: usize) -> Result<FlowsOutcome, SetupError>
             .and_then(|stop| {
                 std::thread::Builder::new()
                     .name(format!("flow-{flow}"))
-                    .spawn(move || run_with_stop(&c, stop))
+                    .spawn(move || run_with_stop(&c, stop, None))
                     .map_err(|source| SetupError::Os {
                         what: "starting a flow's thread",
                         source,

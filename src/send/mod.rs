@@ -30,11 +30,23 @@ where
             message: e.to_string(),
         })?;
         // Before any socket exists: the program acts on sockets created in its cgroup.
-        let _bpf = start_bpf_replenish(&cfg).map_err(crate::cli::Failure::env)?;
+        let bpf = start_bpf_replenish(&cfg).map_err(crate::cli::Failure::env)?;
         if parallel > 1 {
             return run_parallel(&cfg, parallel, json);
         }
-        let outcome = run(&cfg).map_err(crate::cli::Failure::env)?;
+        let departures = if cfg.exact_departures {
+            Some(
+                crate::bpf::departures::ExactDepartures::start(
+                    cfg.peer.port(),
+                    bpf.as_ref().map(|b| b.cgroup_fd()),
+                )
+                .map_err(crate::cli::Failure::env)?,
+            )
+        } else {
+            None
+        };
+        let outcome =
+            run::run_with_departures(&cfg, departures).map_err(crate::cli::Failure::env)?;
         if json {
             crate::cli::print_json_document(&outcome.summary);
         } else {

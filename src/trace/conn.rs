@@ -7,43 +7,15 @@
 //! time its last byte left the socket for IP: the first segment whose end reaches the
 //! write's end (retransmissions, which do not raise the highest sent, are not departures).
 
-use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
 use crate::bpf::trace::{EventKind, TraceEvent};
+use crate::clock::MonoToReal;
 use crate::stats::LatencyHist;
 use crate::tstamp::cmsg::RawReport;
+use crate::tstamp::departures::{unwrap_near, Departed, DepartureLedger};
 use crate::tstamp::ledger::{IssuedWrite, ProvisionalSojourn, RunEnd, TimedWrite, WriteLedger};
 use crate::tstamp::TxKind;
-
-/// The offset whose low 32 bits are `low` nearest to `near` (sequence numbers wrap every
-/// 4 GiB; every offset compared here is within 2 GiB of the reference).
-pub fn unwrap_near(low: u32, near: u64) -> u64 {
-    let candidate = (near & !0xFFFF_FFFF) | u64::from(low);
-    let span = 1u64 << 32;
-    [
-        candidate.checked_sub(span),
-        Some(candidate),
-        candidate.checked_add(span),
-    ]
-    .into_iter()
-    .flatten()
-    .min_by_key(|c| c.abs_diff(near))
-    .expect("candidate itself is always there")
-}
-
-/// CLOCK_MONOTONIC (the program's clock) to CLOCK_REALTIME (sbm's outputs' clock).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MonoToReal {
-    /// realtime − monotonic, ns.
-    pub offset_ns: i128,
-}
-
-impl MonoToReal {
-    pub fn real_ns(&self, mono_ns: u64) -> u64 {
-        (i128::from(mono_ns) + self.offset_ns).max(0) as u64
-    }
-}
 
 /// A write with its exact departure (None: its last byte had not left when the run ended).
 #[derive(Debug, Clone)]
@@ -84,14 +56,12 @@ pub struct Connection {
     clock: MonoToReal,
     /// The first data sequence number.
     base: u32,
-    /// Offsets: end of the last write, highest departed, acknowledged.
+    /// Offsets: end of the last write, highest departed (`departures.sent()`), acknowledged.
     written: u64,
-    sent: u64,
     acked: u64,
     ledger: WriteLedger,
-    /// Writes whose last byte has not departed yet: (write seq, end offset, write time).
-    awaiting_departure: VecDeque<(u64, u64, u64)>,
-    departed: HashMap<u64, u64>,
+    departures: DepartureLedger,
+    just_departed: Vec<Departed>,
     next_write: u64,
     sojourns: Vec<ProvisionalSojourn>,
     done: Vec<TimedWrite>,
@@ -121,11 +91,10 @@ impl Connection {
             clock,
             base: ev.seq,
             written: 0,
-            sent: 0,
             acked: 0,
             ledger: WriteLedger::new(),
-            awaiting_departure: VecDeque::new(),
-            departed: HashMap::new(),
+            departures: DepartureLedger::new(),
+            just_departed: Vec::new(),
             next_write: 0,
             sojourns: Vec::new(),
             done: Vec::new(),
@@ -145,7 +114,11 @@ impl Connection {
 
     /// Bytes written, sent (left the socket) and acknowledged so far.
     pub fn progress(&self) -> (u64, u64, u64) {
-        (self.written, self.sent, self.acked)
+        (self.written, self.sent(), self.acked)
+    }
+
+    fn sent(&self) -> u64 {
+        self.departures.sent().min(self.written)
     }
 
     /// Bytes acknowledged after the warm-up over the time from the warm-up's end to the
@@ -168,7 +141,7 @@ impl Connection {
         // snd_una counts the SYN and FIN too: data acknowledged is at most data written.
         let una = self
             .offset(ev.snd_una, self.acked)
-            .min(self.written.max(self.sent));
+            .min(self.written.max(self.departures.sent()));
         if self.warmup_mark.is_none() && t >= self.warmup_end_ns {
             self.warmup_mark = Some((self.acked, t));
         }
@@ -184,7 +157,7 @@ impl Connection {
                     self.counts.stale_writes += 1;
                     return;
                 }
-                let nxt = self.offset(ev.snd_nxt, self.sent).min(end);
+                let nxt = self.offset(ev.snd_nxt, self.departures.sent()).min(end);
                 let accepted = end - self.written;
                 let w = self.ledger.record_write(IssuedWrite {
                     seq: self.next_write,
@@ -201,10 +174,8 @@ impl Connection {
                 self.written = w.end_offset;
                 self.counts.writes += 1;
                 self.counts.bytes_written += accepted;
-                if self.sent >= end {
-                    self.depart(w.seq, t, t);
-                } else {
-                    self.awaiting_departure.push_back((w.seq, end, t));
+                if let Some(d) = self.departures.on_write(w.seq, end, t) {
+                    self.record_departure(d);
                 }
             }
             EventKind::Sched | EventKind::Snd | EventKind::Ack => {
@@ -233,19 +204,15 @@ impl Connection {
                 self.sojourns.clear();
             }
             EventKind::Depart => {
-                let end = self.offset(ev.seq, self.sent);
-                if end <= self.sent {
-                    return;
+                let end = self.offset(ev.seq, self.departures.sent());
+                let mut departed = std::mem::take(&mut self.just_departed);
+                if self.departures.on_departure(end, t, &mut departed) {
+                    self.counts.departures += 1;
                 }
-                self.sent = end;
-                self.counts.departures += 1;
-                while let Some(&(seq, w_end, write_ns)) = self.awaiting_departure.front() {
-                    if w_end > end {
-                        break;
-                    }
-                    self.awaiting_departure.pop_front();
-                    self.depart(seq, write_ns, t);
+                for d in departed.drain(..) {
+                    self.record_departure(d);
                 }
+                self.just_departed = departed;
             }
             EventKind::Closed => self.closed = true,
             EventKind::NoTimestamping => self.counts.timestamping_error = Some(ev.aux),
@@ -256,11 +223,10 @@ impl Connection {
     /// Ends the connection's record: every write still pending becomes a row.
     pub fn finish(&mut self, rows: &mut Vec<TracedWrite>) {
         // A FIN takes one sequence number: neither sent nor acknowledged data.
-        self.sent = self.sent.min(self.written);
         self.acked = self.acked.min(self.written);
         self.ledger.finish(
             RunEnd {
-                sent_offset: self.sent,
+                sent_offset: self.sent(),
                 acked_offset: self.acked,
             },
             &mut self.done,
@@ -268,9 +234,9 @@ impl Connection {
         self.take_done(rows);
     }
 
-    /// The last byte of write `seq` (written at `write_ns`) left at `t`.
-    fn depart(&mut self, seq: u64, write_ns: u64, t: u64) {
-        self.departed.insert(seq, t);
+    /// A write's last byte left: its sojourn into the histograms.
+    fn record_departure(&mut self, d: Departed) {
+        let (write_ns, t) = (d.write_ns, d.depart_ns);
         let us = t.saturating_sub(write_ns) / 1_000;
         self.interval_sojourn.record(us);
         if write_ns >= self.warmup_end_ns {
@@ -280,7 +246,7 @@ impl Connection {
 
     fn take_done(&mut self, rows: &mut Vec<TracedWrite>) {
         for timed in self.done.drain(..) {
-            let depart_ns = self.departed.remove(&timed.write.seq);
+            let depart_ns = self.departures.take(timed.write.seq);
             rows.push(TracedWrite { timed, depart_ns });
         }
     }
@@ -289,6 +255,7 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::MonoToReal;
     use crate::tstamp::ledger::StampState;
 
     const BASE: u32 = 0xFFFF_F000; // wraps within the first 4 KiB
@@ -313,13 +280,6 @@ mod tests {
             &ev(EventKind::Established, 0, BASE, BASE),
             MonoToReal { offset_ns: 1_000 },
         )
-    }
-
-    #[test]
-    fn offsets_unwrap_across_the_sequence_wrap() {
-        assert_eq!(unwrap_near(5, 0), 5);
-        assert_eq!(unwrap_near(0xFFFF_FFF0, 1 << 32), 0xFFFF_FFF0);
-        assert_eq!(unwrap_near(16, (1 << 32) - 100), (1 << 32) + 16);
     }
 
     #[test]

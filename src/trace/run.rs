@@ -9,13 +9,13 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
-use nix::time::{clock_gettime, ClockId};
 use nix::unistd::Pid;
 
-use super::conn::{Connection, MonoToReal, TracedWrite};
+use super::conn::{Connection, TracedWrite};
 use crate::bpf::cgroup::FreshCgroup;
 use crate::bpf::replenish::{self, BpfReplenishLink};
 use crate::bpf::trace::{EventKind, TraceSettings, Tracer};
+use crate::clock::MonoToReal;
 use crate::report::csv_file::CsvFile;
 use crate::report::csv_row::RowFile;
 use crate::report::schema::{
@@ -64,28 +64,6 @@ impl Cgroup {
     }
 }
 
-/// realtime − monotonic, read between two monotonic readings (the tightest of five).
-fn clock_offset() -> MonoToReal {
-    let ns = |id| {
-        clock_gettime(id).map_or(0i128, |t| {
-            i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec())
-        })
-    };
-    let mut best: Option<(i128, i128)> = None;
-    for _ in 0..5 {
-        let m1 = ns(ClockId::CLOCK_MONOTONIC);
-        let r = ns(ClockId::CLOCK_REALTIME);
-        let m2 = ns(ClockId::CLOCK_MONOTONIC);
-        let width = m2 - m1;
-        if best.is_none_or(|(w, _)| width < w) {
-            best = Some((width, r - (m1 + m2) / 2));
-        }
-    }
-    MonoToReal {
-        offset_ns: best.map_or(0, |(_, o)| o),
-    }
-}
-
 fn now_unix_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -125,8 +103,14 @@ impl Traced {
             }
             let departure = r.depart_ns.map(|d| Departure { lo_ns: d, hi_ns: d });
             if let Some(f) = &mut self.writes {
-                f.write(&WriteRow::new(w, warmup, advance_us, departure))
-                    .map_err(|e| e.to_string())?;
+                f.write(&WriteRow::new(
+                    w,
+                    warmup,
+                    advance_us,
+                    departure,
+                    r.depart_ns,
+                ))
+                .map_err(|e| e.to_string())?;
             }
         }
         Ok(())
@@ -193,7 +177,7 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let clock = clock_offset();
+    let clock = MonoToReal::now();
     let started_unix_ns = now_unix_ns();
     let t0 = Instant::now();
     let mut child: Option<Child> = match (&cfg.cgroup, &cgroup) {

@@ -2,6 +2,7 @@
 //! writes that caused them (`ledger`).
 
 pub mod cmsg;
+pub mod departures;
 pub mod ledger;
 pub mod sampler;
 

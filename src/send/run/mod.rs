@@ -19,6 +19,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use super::config::{EpollMode, SendConfig};
 use super::output::Outputs;
 use super::trip::{self, Framer, MessageRecord};
+use crate::bpf::departures::ExactDepartures;
 use crate::replenish::{self, Action, Gate, PolicyReport};
 use crate::replenish::{Decision, Observation};
 use crate::report::human;
@@ -111,6 +112,8 @@ enum LocalFailure {
         what: &'static str,
         source: nix::errno::Errno,
     },
+    #[error(transparent)]
+    Bpf(#[from] crate::bpf::BpfError),
     #[error("loop ended without a reason")]
     NoReason,
 }
@@ -166,6 +169,8 @@ struct RunAcc {
     reports: ReportCounts,
     sampled: LatencyHist,
     sampled_error: LatencyHist,
+    /// `--exact-departures`: departure − write of every write after the warm-up.
+    depart: LatencyHist,
     /// Advance notice of invitations after the warm-up (µs, ≥ 0).
     advance: LatencyHist,
     /// Invitations that came after the previous backlog had run dry.
@@ -257,6 +262,8 @@ struct Sender<'a> {
     /// The second departure estimator (snd_nxt samples).
     sampler: DepartureSampler,
     next_sample: Option<Instant>,
+    /// The third (`--exact-departures`): per-packet departures by BPF.
+    departures: Option<ExactDepartures>,
     /// --trip-times: message framing, and what is known of each message.
     framer: Option<Framer>,
     messages: Vec<MessageRecord>,
@@ -398,29 +405,8 @@ impl<'a> Sender<'a> {
 
     /// The BPF program's current view of the rule for this socket, as a decision.
     fn bpf_decision(&self) -> Option<replenish::Decision> {
-        let st = crate::bpf::replenish::socket_state(self.sock.as_fd())?;
-        Some(replenish::Decision {
-            writable: true,
-            reason: replenish::rule::Reason::BelowThreshold,
-            threshold: Some(st.threshold_bytes),
-            rate: (st.rate_source != "none").then_some(if st.rate_bytes_per_s > 0 {
-                st.rate_bytes_per_s as f64
-            } else {
-                // cwnd/srtt before the first sample: threshold = rate × T.
-                st.threshold_bytes as f64 * 1e6
-                    / self
-                        .cfg
-                        .replenish
-                        .as_ref()
-                        .map_or(1, |r| r.time.as_micros().max(1)) as f64
-            }),
-            source: match st.rate_source.as_ref() {
-                "sample" => replenish::rule::RateSource::Sample,
-                "app-limited-sample" => replenish::rule::RateSource::AppLimitedSample,
-                "cwnd-srtt" => replenish::rule::RateSource::CwndSrtt,
-                _ => replenish::rule::RateSource::None,
-            },
-        })
+        let time = self.cfg.replenish.as_ref().map(|r| r.time)?;
+        crate::bpf::replenish::decision(self.sock.as_fd(), time)
     }
 
     fn emit_interval(&mut self, end: Duration) -> Result<(), EndReason> {
@@ -731,13 +717,26 @@ impl<'a> Sender<'a> {
 
 /// Runs sbm-send with a resolved configuration.
 pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
+    run_with_departures(cfg, None)
+}
+
+/// [`run`] with the third departure estimator (`--exact-departures`), attached before the
+/// socket exists.
+pub fn run_with_departures(
+    cfg: &SendConfig,
+    departures: Option<ExactDepartures>,
+) -> Result<SendOutcome, SetupError> {
     let signals = StopSignals::install().map_err(os("signalfd"))?;
-    run_with_stop(cfg, StopSource::Signals(signals))
+    run_with_stop(cfg, StopSource::Signals(signals), departures)
 }
 
 /// [`run`] ended early by `signals` (one flow of several: a relay from the thread that
 /// owns the process's signals).
-pub fn run_with_stop(cfg: &SendConfig, signals: StopSource) -> Result<SendOutcome, SetupError> {
+pub fn run_with_stop(
+    cfg: &SendConfig,
+    signals: StopSource,
+    mut departures: Option<ExactDepartures>,
+) -> Result<SendOutcome, SetupError> {
     let out = Outputs::create(cfg.out_dir.as_deref(), cfg.write_log)?;
     let (sock, mut options) = connect(cfg)?;
     // Trip times: the hello (boot id) goes first, before TX timestamps are enabled, so
@@ -747,6 +746,9 @@ pub fn run_with_stop(cfg: &SendConfig, signals: StopSource) -> Result<SendOutcom
     } else {
         0
     };
+    if let Some(d) = &mut departures {
+        d.skip_bytes(hello_len);
+    }
     let timestamping: Option<TimestampingMode> = if cfg.timestamps {
         Some(sockopt::enable_tx_timestamps(sock.as_fd())?)
     } else {
@@ -863,6 +865,7 @@ pub fn run_with_stop(cfg: &SendConfig, signals: StopSource) -> Result<SendOutcom
         prev_sched_ns: None,
         sampler: DepartureSampler::new(),
         next_sample: None,
+        departures,
         framer: cfg.trip_times.then(|| Framer::new(cfg.write_size)),
         messages: vec![],
         paced: cfg.paced_start.map(paced_start::PacedStart::new),

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::report::schema::{EstimatorError, SinkReply};
+use crate::report::schema::{EstimatorError, ExactDepartureReport, SinkReply};
 
 /// What the summary says about the run's set-up.
 pub(super) struct RunAbout {
@@ -42,6 +42,9 @@ impl Sender<'_> {
                 sent_offset: written.saturating_sub(u64::from(notsent)),
                 acked_offset: acked,
             };
+            if let Err(e) = self.collect_departures() {
+                self.warnings.push(format!("exact departures: {e:?}"));
+            }
             let mut done = std::mem::take(&mut self.done);
             self.ledger.finish(end, &mut done);
             for w in &done {
@@ -157,6 +160,15 @@ impl Sender<'_> {
             sojourn_exact: self.run.sojourn_exact.percentiles(),
             sojourn_sampled: self.run.sampled.percentiles(),
             sampled_error: self.run.sampled_error.percentiles(),
+            sojourn_depart: self.run.depart.percentiles(),
+            exact_departures: self.departures.as_ref().map(|d| {
+                let c = d.counts();
+                ExactDepartureReport {
+                    departures: c.departures,
+                    events_lost: c.events_lost,
+                    events_malformed: c.events_malformed,
+                }
+            }),
             sampling: SamplingReport {
                 interval_us: if self.sampling() {
                     cfg.sample_interval.as_micros() as u64

@@ -46,6 +46,12 @@ impl Sender<'_> {
             .map(|prev| (prev as i64 - w.write.write_ns as i64) / 1_000);
         self.prev_sched_ns = w.sched.time_ns;
         let departure = self.sampler.take(w.write.seq);
+        let exact_departure = self.departures.as_mut().and_then(|d| d.take(w.write.seq));
+        if let Some(t) = exact_departure.filter(|_| !warmup) {
+            self.run
+                .depart
+                .record(t.saturating_sub(w.write.write_ns) / 1_000);
+        }
         if let Some((seq, write_ns)) = self
             .framer
             .as_mut()
@@ -95,8 +101,23 @@ impl Sender<'_> {
             }
         }
         self.out
-            .write_row(&WriteRow::new(w, warmup, advance_us, departure))
+            .write_row(&WriteRow::new(
+                w,
+                warmup,
+                advance_us,
+                departure,
+                exact_departure,
+            ))
             .map_err(EndReason::local)
+    }
+
+    /// Takes the per-packet departures queued so far (`--exact-departures`): before rows
+    /// become final, never on a wakeup of their own.
+    pub(super) fn collect_departures(&mut self) -> Result<(), EndReason> {
+        match &mut self.departures {
+            Some(d) => d.collect().map_err(EndReason::local),
+            None => Ok(()),
+        }
     }
 
     /// Reads the error queue until it is empty. Returns how many messages it read.
@@ -130,6 +151,9 @@ impl Sender<'_> {
         for s in self.sojourns.drain(..) {
             self.interval.sojourn.record(s.sojourn_us);
             self.interval.exact_reports += u64::from(s.exact);
+        }
+        if !self.done.is_empty() {
+            self.collect_departures()?;
         }
         let done = std::mem::take(&mut self.done);
         for w in &done {

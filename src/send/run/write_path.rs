@@ -148,7 +148,10 @@ impl Sender<'_> {
 
     pub(super) fn record(&mut self, issued: IssuedWrite) -> Result<(), EndReason> {
         if self.cfg.timestamps {
-            self.ledger.record_write(issued);
+            let w = self.ledger.record_write(issued);
+            if let Some(d) = &mut self.departures {
+                d.on_write(w.seq, w.end_offset, w.write_ns);
+            }
             Ok(())
         } else {
             let w = WriteRecord::place(issued, self.run.tally.bytes_written);
