@@ -1,21 +1,53 @@
 //! Every committed summary.json, old ones included, reads back into the type that writes
 //! it — and nothing in it is lost on the way: every key and value of the file is in the
-//! typed value serialized again (fields added since read as their defaults).
+//! typed value serialized again (fields added since read as their defaults). sbm-send's
+//! summary.json is a `SendSummary`; sbm-trace's (command cells) are a `TraceSummary`
+//! (trace.json) and a `TraceConnSummary` per connection (conn-N/summary.json).
 
 use std::path::{Path, PathBuf};
 
-use sbm::report::schema::{SendSummary, SUMMARY_SCHEMA_VERSION};
+use sbm::report::schema::{SendSummary, TraceConnSummary, TraceSummary, SUMMARY_SCHEMA_VERSION};
+use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 
-fn summaries(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every file named `name` under `dir`.
+fn files_named(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let p = e.path();
         if p.is_dir() {
-            summaries(&p, out);
-        } else if p.file_name().is_some_and(|n| n == "summary.json") {
+            files_named(&p, name, out);
+        } else if p.file_name().is_some_and(|n| n == name) {
             out.push(p);
         }
     }
+}
+
+/// A traced connection's summary (sbm-trace's conn-N/), not sbm-send's.
+fn is_traced_connection(p: &Path) -> bool {
+    p.parent()
+        .and_then(|d| d.file_name())
+        .is_some_and(|n| n.to_string_lossy().starts_with("conn-"))
+}
+
+/// `path` read as `T` and serialized again: what of the file did not survive.
+fn round_trip<T: DeserializeOwned + Serialize>(path: &Path) -> Result<(T, Vec<String>), String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let original: Value = serde_json::from_str(&text).unwrap();
+    let typed: T = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let again = serde_json::to_value(&typed).unwrap();
+    let mut missing = vec![];
+    contained(&original, &again, "", &mut missing);
+    Ok((
+        typed,
+        missing
+            .into_iter()
+            .map(|m| format!("{}: {m}", path.display()))
+            .collect(),
+    ))
+}
+
+fn results() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results"))
 }
 
 /// Every leaf of `original` is in `again` with the same value.
@@ -42,27 +74,37 @@ fn contained(original: &Value, again: &Value, path: &str, missing: &mut Vec<Stri
 #[test]
 fn every_committed_summary_reads_back_into_the_types() {
     let mut files = vec![];
-    summaries(
-        &PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results")),
-        &mut files,
-    );
-    assert!(files.len() >= 50, "found only {} summaries", files.len());
+    files_named(&results(), "summary.json", &mut files);
+    let (traced, sent): (Vec<PathBuf>, Vec<PathBuf>) =
+        files.into_iter().partition(|p| is_traced_connection(p));
+    assert!(sent.len() >= 50, "found only {} summaries", sent.len());
     let mut problems = vec![];
-    for f in &files {
-        let text = std::fs::read_to_string(f).unwrap();
-        let original: Value = serde_json::from_str(&text).unwrap();
-        let typed: SendSummary = match serde_json::from_str(&text) {
-            Ok(s) => s,
-            Err(e) => {
-                problems.push(format!("{}: {e}", f.display()));
-                continue;
+    for f in &sent {
+        match round_trip::<SendSummary>(f) {
+            Ok((typed, missing)) => {
+                assert!(typed.schema_version <= SUMMARY_SCHEMA_VERSION);
+                problems.extend(missing);
             }
-        };
-        assert!(typed.schema_version <= SUMMARY_SCHEMA_VERSION);
-        let again = serde_json::to_value(&typed).unwrap();
-        let mut missing = vec![];
-        contained(&original, &again, "", &mut missing);
-        problems.extend(missing.into_iter().map(|m| format!("{}: {m}", f.display())));
+            Err(e) => problems.push(e),
+        }
+    }
+    for f in &traced {
+        match round_trip::<TraceConnSummary>(f) {
+            Ok((_, missing)) => problems.extend(missing),
+            Err(e) => problems.push(e),
+        }
+    }
+    let mut traces = vec![];
+    files_named(&results(), "trace.json", &mut traces);
+    assert!(
+        traces.len() >= traced.len().min(1),
+        "traced connections without their trace.json"
+    );
+    for f in &traces {
+        match round_trip::<TraceSummary>(f) {
+            Ok((_, missing)) => problems.extend(missing),
+            Err(e) => problems.push(e),
+        }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
