@@ -14,17 +14,8 @@ use super::cgroup::FreshCgroup;
 use super::trace::{EventKind, TraceSettings, Tracer};
 use super::{require_root, BpfError};
 use crate::clock::MonoToReal;
+use crate::report::schema::ExactDepartureReport;
 use crate::tstamp::departures::{unwrap_near, Departed, DepartureLedger};
-
-/// What the estimator saw, for the summary.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ExactDepartureCounts {
-    /// Departures that raised the highest sequence sent.
-    pub departures: u64,
-    /// Events the program could not queue (ring buffer full), records that did not decode.
-    pub events_lost: u64,
-    pub events_malformed: u64,
-}
 
 pub struct ExactDepartures {
     // Drop order: detach the program, then leave and remove our cgroup (if it is ours).
@@ -105,9 +96,10 @@ impl ExactDepartures {
         self.ledger.take(seq)
     }
 
-    pub fn counts(&self) -> ExactDepartureCounts {
+    /// What the estimator saw (summary.json `exact_departures`).
+    pub fn report(&self) -> ExactDepartureReport {
         let (lost, malformed) = self.tracer.lost();
-        ExactDepartureCounts {
+        ExactDepartureReport {
             departures: self.ledger.departures,
             events_lost: lost,
             events_malformed: malformed,

@@ -11,8 +11,8 @@ use nix::sys::signal::Signal;
 
 use super::report::{CellStatus, Status};
 use super::run::{
-    bin_dir, last_error_line, now_unix_s, spawn_logged, stop_child, testbed_status, wait_child,
-    Meta, NsSysctls, Waited,
+    bin_dir, in_netns, last_error_line, now_unix_s, spawn_logged, stop_child, testbed_status,
+    wait_child, Meta, NsSysctls, Waited,
 };
 use super::spec::{Cell, MatrixSpec};
 use crate::signals::StopSignals;
@@ -65,8 +65,8 @@ impl Placeholders {
     }
 }
 
-/// sbm-trace's command line for the cell (`ip netns exec NS sbm-trace … -- server…`),
-/// placeholders in `server` left as they are (the check before a run parses this).
+/// sbm-trace's command line for the cell (`sbm-trace … -- server…`), placeholders in
+/// `server` as given (the check before a run parses it with them unexpanded).
 pub(super) fn trace_command(
     spec: &MatrixSpec,
     cell: &Cell,
@@ -74,10 +74,6 @@ pub(super) fn trace_command(
     server: &[String],
 ) -> Vec<String> {
     let mut cmd: Vec<String> = vec![
-        "ip".into(),
-        "netns".into(),
-        "exec".into(),
-        "SND".into(),
         bin_dir().join("sbm-trace").to_string_lossy().into_owned(),
         "--out".into(),
         dir.to_string_lossy().into_owned(),
@@ -139,11 +135,8 @@ pub(super) fn run_cell(
     }
     let ph = Placeholders::of(c.cell, c.dir, &scratch.0);
     let server: Vec<String> = c.server.iter().map(|a| ph.expand(a)).collect();
-    let mut trace_cmd = trace_command(c.spec, c.cell, c.dir, &server);
-    trace_cmd[3] = names.snd.clone();
-    let mut client_cmd: Vec<String> = vec!["ip".into(), "netns".into(), "exec".into()];
-    client_cmd.push(names.rcv.clone());
-    client_cmd.extend(c.client.iter().map(|a| ph.expand(a)));
+    let trace_cmd = in_netns(&names.snd, trace_command(c.spec, c.cell, c.dir, &server));
+    let client_cmd = in_netns(&names.rcv, c.client.iter().map(|a| ph.expand(a)));
     let before = testbed_status(c.prefix);
 
     let trace_log = c.dir.join("trace.log");

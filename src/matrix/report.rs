@@ -105,7 +105,8 @@ pub struct SummaryRow {
     pub sampled_p95_us: Option<u64>,
     pub sampled_error_p50_us: Option<u64>,
     /// The exact departure of each write's last byte (per-packet sequence numbers) − its
-    /// write time: command cells (sbm-trace's `sojourn_depart`).
+    /// write time: sbm-send's `--exact-departures` (summary `sojourn_depart`) or a command
+    /// cell's traced connection (sbm-trace's `sojourn_depart`).
     pub departure_p50_us: Option<u64>,
     pub departure_p95_us: Option<u64>,
     /// Writes after the warm-up whose last byte departed (the departure figures' n).
@@ -209,7 +210,7 @@ impl CellFiles {
         let trace: Option<TraceSummary> =
             json("trace.json").and_then(|v| serde_json::from_value(v).ok());
         let traced = trace.as_ref().and_then(main_connection).cloned();
-        let intervals_dir = per_write_dir(dir);
+        let intervals_dir = conn_dir(dir, traced.as_ref());
         CellFiles {
             status: json("cell.json").and_then(|v| serde_json::from_value(v).ok()),
             summary: json("summary.json").and_then(|v| serde_json::from_value(v).ok()),
@@ -437,12 +438,13 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// Which sojourn estimator is a cell's headline figure (table.md, the progress line, the
-/// goodput-against-sojourn plot). The snd_nxt sampler covers every write and states its
-/// error bound: it is the headline where every run of the cell has it, TX_SCHED (exact +
-/// coalesced reports) otherwise.
+/// goodput-against-sojourn plot). The exact departure covers every write without a bracket:
+/// it is the headline where every run of the cell has it; next the snd_nxt sampler, which
+/// covers every write and states its error bound; TX_SCHED (exact + coalesced reports)
+/// otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Headline {
-    /// The exact per-packet departure (cells traced by sbm-trace).
+    /// The exact per-packet departure (`--exact-departures`, or a command cell's trace).
     Departure,
     Sampled,
     Sched,
@@ -764,7 +766,12 @@ pub fn per_write_dir(dir: &Path) -> std::path::PathBuf {
     let trace: Option<TraceSummary> = std::fs::read_to_string(dir.join("trace.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
-    match trace.as_ref().and_then(main_connection) {
+    conn_dir(dir, trace.as_ref().and_then(main_connection))
+}
+
+/// The cell's directory, or the traced connection's conn-N/ in it.
+fn conn_dir(dir: &Path, traced: Option<&TraceConnSummary>) -> std::path::PathBuf {
+    match traced {
         Some(c) => dir.join(format!("conn-{}", c.id)),
         None => dir.to_path_buf(),
     }

@@ -297,6 +297,15 @@ pub(super) fn testbed_status(prefix: &str) -> serde_json::Value {
         .unwrap_or(serde_json::Value::Null)
 }
 
+/// `argv` run in network namespace `ns` (`ip netns exec NS …`).
+pub(super) fn in_netns(ns: &str, argv: impl IntoIterator<Item = String>) -> Vec<String> {
+    ["ip", "netns", "exec", ns]
+        .into_iter()
+        .map(str::to_string)
+        .chain(argv)
+        .collect()
+}
+
 pub(super) fn spawn_logged(args: &[String], log: &Path) -> Result<Child, String> {
     let f = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let f2 = f.try_clone().map_err(|e| e.to_string())?;
@@ -435,7 +444,7 @@ pub fn check_send_args(spec: &MatrixSpec, cells: &[Cell]) -> Result<(), MatrixEr
     for cell in cells {
         if let Workload::Command { server, .. } = &cell.workload {
             let argv = super::command::trace_command(spec, cell, Path::new("OUT"), server);
-            crate::trace::cli::TraceArgs::try_parse_from(&argv[4..]).map_err(|e| {
+            crate::trace::cli::TraceArgs::try_parse_from(&argv).map_err(|e| {
                 MatrixError::SenderArgs {
                     cell: cell.name.clone(),
                     reason: crate::cli::one_line("sbm-trace", &e.render().to_string()),

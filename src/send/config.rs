@@ -54,9 +54,9 @@ pub struct SendConfig {
     pub connect_timeout: Duration,
     /// snd_nxt sampling period for the second departure estimator (zero = off).
     pub sample_interval: Duration,
-    /// Send each write with MSG_EOR (its own skb and TX report).
     /// Per-packet departures by BPF: the third estimator (`--exact-departures`).
     pub exact_departures: bool,
+    /// Send each write with MSG_EOR (its own skb and TX report).
     pub eor: bool,
     /// Writes per kernel-readiness invitation at most (1: sbm's one write per invitation).
     pub burst: u32,

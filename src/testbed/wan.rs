@@ -256,8 +256,16 @@ fn sysctl(ns: &str, key_path: &str, value: &str) -> Cmd {
 /// Sets the sysctl `name` (dotted, `net.ipv4.tcp_notsent_lowat`) inside namespace `ns` and
 /// returns the value it had, so that the caller can put it back.
 pub fn set_ns_sysctl(ns: &str, name: &str, value: &str) -> Result<String, TestbedError> {
+    // A dotted name only: no path of its own, no empty part, nothing that leaves /proc/sys,
+    // and a value that cannot end the shell's quoted string.
+    let well_formed = name.split('.').all(|part| {
+        !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    });
     let path = name.replace('.', "/");
-    if path.contains("..") || value.contains('\'') {
+    if !well_formed || value.contains('\'') {
         return Err(TestbedError::Invalid(format!(
             "sysctl '{name}={value}': not a sysctl setting"
         )));
@@ -747,6 +755,25 @@ pub fn down(prefix: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_sysctl_must_be_a_dotted_name() {
+        // Refused before any command runs (the namespace does not exist).
+        for (name, value) in [
+            ("net/../../etc/x", "1"),
+            ("net..ipv4", "1"),
+            ("", "1"),
+            ("net.ipv4.tcp_notsent_lowat", "1' >x"),
+        ] {
+            assert!(
+                matches!(
+                    set_ns_sysctl("sbm-no-such-ns", name, value),
+                    Err(TestbedError::Invalid(_))
+                ),
+                "{name}={value}"
+            );
+        }
+    }
 
     #[test]
     fn prefixes() {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::report::schema::{EstimatorError, ExactDepartureReport, SinkReply};
+use crate::report::schema::{EstimatorError, SinkReply};
 
 /// What the summary says about the run's set-up.
 pub(super) struct RunAbout {
@@ -161,14 +161,7 @@ impl Sender<'_> {
             sojourn_sampled: self.run.sampled.percentiles(),
             sampled_error: self.run.sampled_error.percentiles(),
             sojourn_depart: self.run.depart.percentiles(),
-            exact_departures: self.departures.as_ref().map(|d| {
-                let c = d.counts();
-                ExactDepartureReport {
-                    departures: c.departures,
-                    events_lost: c.events_lost,
-                    events_malformed: c.events_malformed,
-                }
-            }),
+            exact_departures: self.departures.as_ref().map(|d| d.report()),
             sampling: SamplingReport {
                 interval_us: if self.sampling() {
                     cfg.sample_interval.as_micros() as u64
