@@ -196,6 +196,74 @@ fn kernel_claims_hold_in_the_guest() {
     assert_eq!(record["guest_exit"], 0);
 }
 
+/// A guest whose command runs past its time records the command's threads before stopping
+/// it — state, wait channel and kernel stack, here those of the `sleep` that
+/// would not end — and where the CPU went over a second, in guest-tasks.txt, named in
+/// uml.json; then the guest ends by itself.
+#[test]
+fn a_guest_past_its_time_leaves_its_task_dump() {
+    if in_guest() {
+        return;
+    }
+    let _g = serial();
+    require_root();
+    let kernel = kernel();
+    let bed = Bed::up("utd", &["--rate", "off", "--rtt", "2ms"]);
+    let out = tempdir("uml-task-dump");
+    let res = Running::spawn_program(
+        testbed_bin().to_str().unwrap(),
+        &[
+            "uml",
+            "run",
+            "--prefix",
+            &bed.prefix,
+            "--kernel",
+            kernel.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--timeout",
+            "4s",
+            "--",
+            "sleep",
+            "600",
+        ],
+    )
+    .wait(Duration::from_secs(120));
+    assert_ne!(res.code(), Some(0), "{}", res.stderr);
+    assert!(
+        res.stderr.contains("still running after 4 s"),
+        "{}",
+        res.stderr
+    );
+    let record = read_json(&out.join("uml.json"));
+    assert_eq!(record["task_dump"], "guest-tasks.txt", "{record}");
+    assert!(
+        record["stopped"]
+            .as_str()
+            .unwrap()
+            .ends_with("running after 4 s"),
+        "the guest ended by itself, not by a signal: {record}"
+    );
+    let dump = std::fs::read_to_string(out.join("guest-tasks.txt")).unwrap();
+    let thread = dump
+        .lines()
+        .find(|l| l.starts_with("-- thread"))
+        .unwrap_or_else(|| panic!("no thread in the dump:\n{dump}"));
+    assert!(
+        thread.contains("sleep") && thread.contains("State:\tS"),
+        "{thread}"
+    );
+    assert!(
+        dump.contains("nanosleep"),
+        "the sleeper's kernel stack is there:\n{dump}"
+    );
+    assert_eq!(
+        dump.matches("NET_RX:").count(),
+        2,
+        "/proc/softirqs twice, a second apart:\n{dump}"
+    );
+}
+
 /// Both contention models deal the guest what they say: a CPU-bound loop in the guest
 /// receives 35 % of a CPU second by second (guest-cpu.csv, from its cgroup) under a CFS
 /// quota, which throttles it in most periods, and under CPU slices, which deal one slice

@@ -549,7 +549,31 @@ pub fn parse_tc_rate(s: &str) -> Option<u64> {
 
 impl Drop for Bed {
     fn drop(&mut self) {
-        testbed(&["wan", "down", "--prefix", &self.prefix]);
+        // A bed was once found still up after its test passed (session 10); what `down`
+        // reports is kept in the test's output, and a second try is made, so that the next
+        // occurrence says why instead of leaving namespaces behind silently.
+        for attempt in 1..=2 {
+            let res = testbed(&["wan", "down", "--prefix", &self.prefix]);
+            let listed = run_program("ip", &["netns", "list"], Duration::from_secs(30));
+            let mine = format!("{}-", self.prefix);
+            let left: Vec<&str> = listed
+                .stdout
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|n| n.starts_with(&mine))
+                .collect();
+            if res.code() == Some(0) && left.is_empty() {
+                return;
+            }
+            eprintln!(
+                "test bed {}: `wan down` attempt {attempt} exited {:?} ({} {}); namespaces left: {left:?}",
+                self.prefix,
+                res.code(),
+                res.stdout.trim(),
+                res.stderr.trim(),
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
 }
 

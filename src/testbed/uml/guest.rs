@@ -15,6 +15,10 @@ pub const GUEST_IF: &str = "vec0";
 pub const EXIT_FILE: &str = "guest-exit";
 /// Created by the host to ask the guest's command to stop (SIGINT) early.
 pub const STOP_FILE: &str = ".guest-stop";
+/// What the stop file holds when the command ran past its time (not when interrupted).
+pub const STOP_TIMEOUT: &str = "timeout";
+/// Where the guest records its command's threads when the command ran past its time.
+pub const TASK_DUMP_FILE: &str = "guest-tasks.txt";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestSpec {
@@ -121,10 +125,21 @@ pub fn init_script(g: &GuestSpec) -> String {
     s.push_str("echo \"sbm-guest: up, kernel $(uname -r)\"\n");
     let cmd: Vec<String> = g.command.iter().map(|a| quote(a)).collect();
     s.push_str(&format!("{} &\npid=$!\n", cmd.join(" ")));
-    // The host asks for an early stop through a file: the guest has no host signals.
+    // The host asks for an early stop through a file: the guest has no host signals. SIGINT
+    // first (sbm's programs stop on it and keep what they measured); a command started in
+    // the background of a script ignores SIGINT unless it asks for it, so TERM follows after
+    // 10 s and KILL after 15 s, well inside the host's grace period. Past its time, the
+    // command's threads (state, wait channel, kernel stack) and where the CPU went over one
+    // second are recorded first, so that a hang says where it was. (SysRq t through the
+    // mconsole would show every task, but this kernel panicked reading a never-run
+    // kworker's stack.)
+    s.push_str(
+        "dump_tasks() {\n  for t in /proc/$pid/task/*; do\n    echo \"-- thread ${t##*/} $(cat $t/comm) $(grep State: $t/status) wchan $(cat $t/wchan)\"\n    cat $t/stack\n  done\n  echo '-- /proc/stat and /proc/softirqs, then again 1 s later'\n  cat /proc/stat /proc/softirqs; sleep 1; cat /proc/stat /proc/softirqs\n}\n",
+    );
     s.push_str(&format!(
-        "while kill -0 $pid 2>/dev/null; do\n  if [ -e {sf} ]; then kill -INT $pid; break; fi\n  sleep 0.5\ndone\n",
-        sf = quote(&stop_file)
+        "while kill -0 $pid 2>/dev/null; do\n  if [ -e {sf} ]; then\n    if grep -q {STOP_TIMEOUT} {sf}; then dump_tasks > {td} 2>&1; fi\n    kill -INT $pid\n    ( sleep 10; kill -TERM $pid 2>/dev/null; sleep 5; kill -KILL $pid 2>/dev/null ) &\n    break\n  fi\n  sleep 0.5\ndone\n",
+        sf = quote(&stop_file),
+        td = quote(&format!("{out}/{TASK_DUMP_FILE}")),
     ));
     s.push_str("wait $pid\nrc=$?\n");
     s.push_str(&format!("echo $rc > {}\n", quote(&exit_file)));
@@ -169,6 +184,9 @@ mod tests {
         assert!(s.contains("cd '/work/sbm' || fail"));
         assert!(s.contains("'/b/sbm-send' '--label' 'it'\\''s' &"));
         assert!(s.contains("echo $rc > '/r/out/guest-exit'"));
+        assert!(s.contains(
+            "if grep -q timeout '/r/out/.guest-stop'; then dump_tasks > '/r/out/guest-tasks.txt'"
+        ));
         assert!(s.ends_with("poweroff\n"));
     }
 

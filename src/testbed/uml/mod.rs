@@ -95,6 +95,9 @@ pub struct RunRecord {
     pub guest_exit: Option<i32>,
     /// Why the host ended the guest, if it did.
     pub stopped: Option<String>,
+    /// When the command ran past its time: the file the guest recorded its threads in
+    /// (guest::TASK_DUMP_FILE), or why there is none.
+    pub task_dump: Option<String>,
     pub wall_s: f64,
 }
 
@@ -233,7 +236,7 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
     for p in [&out_dir, &work, &spec.kernel] {
         guest::check_path(p).map_err(UmlError::BadPath)?;
     }
-    for f in [guest::EXIT_FILE, guest::STOP_FILE] {
+    for f in [guest::EXIT_FILE, guest::STOP_FILE, guest::TASK_DUMP_FILE] {
         let _ = fs::remove_file(out_dir.join(f));
     }
     let g = GuestSpec {
@@ -305,6 +308,16 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
     detach(&names);
     let _ = fs::remove_file(out_dir.join(guest::STOP_FILE));
     let stopped = result?;
+    let task_dump = stopped
+        .as_deref()
+        .filter(|why| !why.starts_with("interrupted"))
+        .map(|_| {
+            if out_dir.join(guest::TASK_DUMP_FILE).exists() {
+                guest::TASK_DUMP_FILE.to_string()
+            } else {
+                "none: the guest did not record its threads before it was ended".to_string()
+            }
+        });
     let wall_s = started.elapsed().as_secs_f64();
     if let Some(log) = &cpu_log {
         let path = out_dir.join("guest-cpu.csv");
@@ -350,6 +363,7 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         cpu_slices,
         guest_exit,
         stopped,
+        task_dump,
         wall_s,
     };
     let json_path = out_dir.join("uml.json");
@@ -405,7 +419,13 @@ fn supervise(
                 None
             };
             if let Some(why) = why {
-                let _ = File::create(out_dir.join(guest::STOP_FILE));
+                // Past its time, the guest records its command's threads before stopping it.
+                let note = if why == "interrupted" {
+                    ""
+                } else {
+                    guest::STOP_TIMEOUT
+                };
+                let _ = fs::write(out_dir.join(guest::STOP_FILE), note);
                 asked = Some((Instant::now(), why));
             }
         }
