@@ -325,11 +325,8 @@ pub fn ctrl_c_mid_second_cell(matrix: &Path, out: &Path, prefix: &str, patience:
         summary["totals"]["writes"].as_u64().unwrap(),
         "every write has its row"
     );
-    let netns = run_program("ip", &["netns", "list"], Duration::from_secs(10)).stdout;
-    assert!(
-        !netns.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
-        "namespaces left: {netns}"
-    );
+    let left = namespaces_of(prefix);
+    assert!(left.is_empty(), "namespaces left: {left:?}");
     // A guest's command line names the bed's run directory (its init script), the delay
     // line its statistics file there; sbm-send and sbm-sink name the output directory.
     let mut left = processes_mentioning(out.to_str().unwrap());
@@ -547,6 +544,18 @@ pub fn parse_tc_rate(s: &str) -> Option<u64> {
     Some(n * mult)
 }
 
+/// The network namespaces whose names start with `prefix-` (a bed's), from `ip netns list`.
+pub fn namespaces_of(prefix: &str) -> Vec<String> {
+    let listed = run_program("ip", &["netns", "list"], Duration::from_secs(30)).stdout;
+    let mine = format!("{prefix}-");
+    listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&mine))
+        .map(str::to_string)
+        .collect()
+}
+
 impl Drop for Bed {
     fn drop(&mut self) {
         // A bed was once found still up after its test passed (session 10); what `down`
@@ -554,14 +563,7 @@ impl Drop for Bed {
         // occurrence says why instead of leaving namespaces behind silently.
         for attempt in 1..=2 {
             let res = testbed(&["wan", "down", "--prefix", &self.prefix]);
-            let listed = run_program("ip", &["netns", "list"], Duration::from_secs(30));
-            let mine = format!("{}-", self.prefix);
-            let left: Vec<&str> = listed
-                .stdout
-                .lines()
-                .filter_map(|l| l.split_whitespace().next())
-                .filter(|n| n.starts_with(&mine))
-                .collect();
+            let left = namespaces_of(&self.prefix);
             if res.code() == Some(0) && left.is_empty() {
                 return;
             }

@@ -310,7 +310,7 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
     let stopped = result?;
     let task_dump = stopped
         .as_deref()
-        .filter(|why| !why.starts_with("interrupted"))
+        .filter(|why| !why.starts_with(INTERRUPTED))
         .map(|_| {
             if out_dir.join(guest::TASK_DUMP_FILE).exists() {
                 guest::TASK_DUMP_FILE.to_string()
@@ -392,6 +392,9 @@ fn quota_record(cg: &GuestCgroup) -> Result<QuotaRecord, UmlError> {
     })
 }
 
+/// Why the host stopped a guest when the user asked it to (as opposed to its timeout).
+const INTERRUPTED: &str = "interrupted";
+
 /// Waits for the guest to power off. On a stop request or the timeout, asks its command to
 /// stop (the stop file), then ends the kernel after a grace period. Returns why it stopped
 /// the guest, if it did.
@@ -412,7 +415,7 @@ fn supervise(
         }
         if asked.is_none() {
             let why = if should_stop() {
-                Some("interrupted".to_string())
+                Some(INTERRUPTED.to_string())
             } else if started.elapsed() >= timeout {
                 Some(format!("still running after {} s", timeout.as_secs()))
             } else {
@@ -420,7 +423,7 @@ fn supervise(
             };
             if let Some(why) = why {
                 // Past its time, the guest records its command's threads before stopping it.
-                let note = if why == "interrupted" {
+                let note = if why == INTERRUPTED {
                     ""
                 } else {
                     guest::STOP_TIMEOUT
