@@ -128,16 +128,17 @@ def main(run_dir):
           'cell\'s flows together: median [min-max] of the `ok` runs; per run (repetition '
           'order) with, in parentheses, the share of its measured intervals below half the '
           'bottleneck rate (of the source\'s own rate for the application-limited cells), '
-          'or the run\'s status where it did not end `ok`. "failed" counts every attempt a campaign log recorded as failed '
+          'or the run\'s status where it did not end `ok`. The median run is the one of '
+          'median goodput. "failed" counts every attempt a campaign log recorded as failed '
           '(a failed cell is rerun by `--resume`; the first chunk\'s log was not kept). Per '
-          'flow: median over the runs, flow 1 first (BBR before CUBIC in `bbr,cubic`). '
+          'flow: the median run\'s flows, flow 1 first (BBR before CUBIC in `bbr,cubic`). '
           'Retransmit share: retransmits x MSS / bytes acknowledged after the warm-up, median '
           'over runs and flows; sRTT/min: the median interval\'s sRTT over the least RTT, '
           'median over runs and flows. BBR modes: every BBR flow\'s measured intervals of the '
           'median run. High gain: per run, the share of its BBR flows\' measured intervals '
           'whose pacing gain was above 2 (the proposal paces at bbr_high_gain, 2.89; BBR\'s '
-          'own PROBE_BW gains are 0.75-1.25; STARTUP paces at 2.89 too), each interval\'s gain as TCP_CC_INFO gave it at '
-          'the interval\'s end.\n')
+          'own PROBE_BW gains are 0.75-1.25; STARTUP paces at 2.89 too), each interval\'s '
+          'gain as TCP_CC_INFO gave it at the interval\'s end.\n')
     print('| bottleneck | scenario | cc | CPU | patch | ok/runs | failed | goodput | runs | '
           'per flow | Jain | retransmit share | sRTT/min | BBR modes (median run) | high gain |')
     print('|---|---|---|---|---|---:|---:|---|---|---|---:|---:|---:|---|---|')
@@ -165,18 +166,17 @@ def main(run_dir):
             shown = {r['cell']: f"{mbit(float(r['goodput_bps']))} ({c:.2f})"
                      for r, _, c in per_run}
             each = ', '.join(shown.get(r['cell'], r['status']) for r in runs)
-            nflows = max((len(f) for _, f, _ in per_run), default=0)
-            per_flow = ' / '.join(
-                mbit(st.median([f[i]['goodput'] for _, f, _ in per_run if len(f) > i]))
-                for i in range(nflows)) if nflows > 1 else '-'
+            mid = (sorted(per_run, key=lambda p: float(p[0]['goodput_bps']))[len(per_run) // 2]
+                   if per_run else None)
+            per_flow = (' / '.join(mbit(f['goodput']) for f in mid[1])
+                        if mid and len(mid[1]) > 1 else '-')
             jains = [float(r['jain_index']) for r, _, _ in per_run if r['jain_index']]
             jain = f"{st.median(jains):.2f}" if jains else '-'
             retx = [x['retx'] for _, f, _ in per_run for x in f if x['retx'] is not None]
             infl = [x['inflation'] for _, f, _ in per_run for x in f
                     if x['inflation'] is not None]
             modes = '-'
-            if per_run:
-                mid = sorted(per_run, key=lambda p: float(p[0]['goodput_bps']))[len(per_run) // 2]
+            if mid:
                 seen = Counter(m for x in mid[1] if x['cc'] == 'bbr' for m in x['modes'])
                 total = sum(seen.values())
                 if total:
