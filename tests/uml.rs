@@ -264,6 +264,90 @@ fn a_guest_past_its_time_leaves_its_task_dump() {
     );
 }
 
+/// A guest busy in its own kernel past its time is profiled from the host before it is
+/// asked to stop: the guest kernel's functions by name in guest-profile.txt, named in
+/// uml.json (or, without perf, uml.json says why there is no profile).
+#[test]
+fn a_busy_guest_past_its_time_is_profiled_from_the_host() {
+    if in_guest() {
+        return;
+    }
+    let _g = serial();
+    require_root();
+    let kernel = kernel();
+    let bed = Bed::up("upr", &["--rate", "off", "--rtt", "2ms"]);
+    let out = tempdir("uml-profile");
+    let res = Running::spawn_program(
+        testbed_bin().to_str().unwrap(),
+        &[
+            "uml",
+            "run",
+            "--prefix",
+            &bed.prefix,
+            "--kernel",
+            kernel.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--timeout",
+            "4s",
+            "--",
+            // Copying zeros runs the guest kernel's read and write paths without end.
+            "dd",
+            "if=/dev/zero",
+            "of=/dev/null",
+            "bs=64k",
+        ],
+    )
+    .wait(Duration::from_secs(120));
+    assert!(
+        res.stderr.contains("still running after 4 s"),
+        "{}",
+        res.stderr
+    );
+    let record = read_json(&out.join("uml.json"));
+    let has_perf =
+        run_program("sh", &["-c", "command -v perf"], Duration::from_secs(5)).code() == Some(0);
+    if !has_perf {
+        assert!(
+            record["host_profile"]
+                .as_str()
+                .unwrap()
+                .starts_with("none: perf is not installed"),
+            "{record}"
+        );
+        eprintln!("perf is not installed: only the record of its absence was checked");
+        return;
+    }
+    assert_eq!(record["host_profile"], "guest-profile.txt", "{record}");
+    assert!(
+        res.stderr
+            .contains("profile of the guest past its time: guest-profile.txt"),
+        "{}",
+        res.stderr
+    );
+    let profile = std::fs::read_to_string(out.join("guest-profile.txt")).unwrap();
+    // The guest kernel's own section: rows like "  19.23%  [.] memset_orig".
+    let guest = profile
+        .split("## The guest kernel's functions")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no section of the guest kernel's own:\n{profile}"));
+    let functions: Vec<&str> = guest
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() == 3 && f[0].ends_with('%') && f[1] == "[.]"
+        })
+        .collect();
+    assert!(
+        !functions.is_empty(),
+        "no guest kernel function in the profile:\n{profile}"
+    );
+    assert!(
+        !profile.contains("has no samples"),
+        "the busy guest was sampled:\n{profile}"
+    );
+}
+
 /// Both contention models deal the guest what they say: a CPU-bound loop in the guest
 /// receives 35 % of a CPU second by second (guest-cpu.csv, from its cgroup) under a CFS
 /// quota, which throttles it in most periods, and under CPU slices, which deal one slice

@@ -345,6 +345,9 @@ fn run_uml(spec: &uml::RunSpec) -> Result<i32, String> {
     if let Some(dump) = &record.task_dump {
         eprintln!("sbm-testbed: the guest's tasks when it ran past its time: {dump}");
     }
+    if let Some(profile) = &record.host_profile {
+        eprintln!("sbm-testbed: the host's profile of the guest past its time: {profile}");
+    }
     if let Some(q) = &record.cpu_quota {
         eprintln!(
             "sbm-testbed: cpu quota {}% of {} us: throttled in {} of {} periods ({} ms in all)",

@@ -8,6 +8,7 @@ pub mod build;
 pub mod cgroup;
 pub mod cpu_log;
 pub mod guest;
+pub mod profile;
 pub mod slices;
 
 use std::fs::{self, File};
@@ -22,6 +23,7 @@ use super::wan;
 use cgroup::{CpuStat, GuestCgroup, Quota};
 use cpu_log::CpuLog;
 use guest::GuestSpec;
+use profile::{NoProfile, Profiler};
 use slices::{SliceError, SliceRecord, Slicer, Slices};
 
 /// The host end of the guest's link, in the snd namespace (one guest per bed).
@@ -98,6 +100,10 @@ pub struct RunRecord {
     /// When the command ran past its time: the file the guest recorded its threads in
     /// (guest::TASK_DUMP_FILE), or why there is none.
     pub task_dump: Option<String>,
+    /// When the command ran past its time: the host's CPU profile of the guest's processes
+    /// over the seconds before it was asked to stop (profile::PROFILE_FILE), or why there is
+    /// none.
+    pub host_profile: Option<String>,
     pub wall_s: f64,
 }
 
@@ -298,16 +304,25 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         &console,
     )
     .map(|mut child| {
-        supervise(&mut child, &out_dir, spec.timeout, should_stop, &mut || {
-            if let Some(log) = cpu_log.as_mut() {
-                log.tick(slicer.as_ref());
-            }
-        })
+        supervise(
+            &mut child,
+            &out_dir,
+            &work,
+            spec.timeout,
+            should_stop,
+            &mut || {
+                if let Some(log) = cpu_log.as_mut() {
+                    log.tick(slicer.as_ref());
+                }
+            },
+        )
     });
     let slice_record = slicer.map(Slicer::stop);
     detach(&names);
     let _ = fs::remove_file(out_dir.join(guest::STOP_FILE));
-    let stopped = result?;
+    let Supervised { stopped, profile } = result?;
+    let host_profile =
+        profile.map(|p| p.and_then(|p| p.finish(&out_dir)).unwrap_or_else(|why| why));
     let task_dump = stopped
         .as_deref()
         .filter(|why| !why.starts_with(INTERRUPTED))
@@ -364,6 +379,7 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         guest_exit,
         stopped,
         task_dump,
+        host_profile,
         wall_s,
     };
     let json_path = out_dir.join("uml.json");
@@ -395,42 +411,63 @@ fn quota_record(cg: &GuestCgroup) -> Result<QuotaRecord, UmlError> {
 /// Why the host stopped a guest when the user asked it to (as opposed to its timeout).
 const INTERRUPTED: &str = "interrupted";
 
+/// How supervision ended: why the host stopped the guest, if it did, and the profile it
+/// started when the guest ran past its time.
+struct Supervised {
+    stopped: Option<String>,
+    profile: Option<Result<Profiler, NoProfile>>,
+}
+
 /// Waits for the guest to power off. On a stop request or the timeout, asks its command to
-/// stop (the stop file), then ends the kernel after a grace period. Returns why it stopped
-/// the guest, if it did.
+/// stop (the stop file), then ends the kernel after a grace period. Past the timeout it
+/// first profiles the guest's host processes for a few seconds (profile.rs), so that the
+/// profile shows the state that kept the command running, not its shutdown.
 fn supervise(
     child: &mut Child,
     out_dir: &Path,
+    work: &Path,
     timeout: Duration,
     should_stop: &mut dyn FnMut() -> bool,
     tick: &mut dyn FnMut(),
-) -> Option<String> {
+) -> Supervised {
     const GRACE: Duration = Duration::from_secs(30);
     let started = Instant::now();
+    let mut profile = None;
+    // Why the guest is to be stopped, and from when (after the profile's sampling).
+    let mut pending: Option<(Instant, String)> = None;
     let mut asked: Option<(Instant, String)> = None;
     loop {
         tick();
         if let Ok(Some(_)) = child.try_wait() {
-            return asked.map(|(_, why)| why);
+            let stopped = asked.or(pending).map(|(_, why)| why);
+            return Supervised { stopped, profile };
         }
-        if asked.is_none() {
-            let why = if should_stop() {
-                Some(INTERRUPTED.to_string())
+        if asked.is_none() && pending.is_none() {
+            if should_stop() {
+                pending = Some((Instant::now(), INTERRUPTED.to_string()));
             } else if started.elapsed() >= timeout {
-                Some(format!("still running after {} s", timeout.as_secs()))
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                // Past its time, the guest records its command's threads before stopping it.
-                let note = if why == INTERRUPTED {
-                    ""
+                let p = Profiler::start(child.id(), work);
+                let sampling = if p.is_ok() {
+                    profile::SAMPLING + Duration::from_millis(500)
                 } else {
-                    guest::STOP_TIMEOUT
+                    Duration::ZERO
                 };
-                let _ = fs::write(out_dir.join(guest::STOP_FILE), note);
-                asked = Some((Instant::now(), why));
+                profile = Some(p);
+                pending = Some((
+                    Instant::now() + sampling,
+                    format!("still running after {} s", timeout.as_secs()),
+                ));
             }
+        }
+        if let Some((_, why)) = pending.take_if(|(from, _)| Instant::now() >= *from) {
+            // Past its time, the guest records its command's threads before stopping it.
+            let note = if why == INTERRUPTED {
+                ""
+            } else {
+                guest::STOP_TIMEOUT
+            };
+            let _ = fs::write(out_dir.join(guest::STOP_FILE), note);
+            asked = Some((Instant::now(), why));
         }
         if let Some((at, why)) = &asked {
             if at.elapsed() >= GRACE {
@@ -442,13 +479,15 @@ fn supervise(
                 let deadline = Instant::now() + Duration::from_secs(5);
                 while Instant::now() < deadline {
                     if let Ok(Some(_)) = child.try_wait() {
-                        return Some(format!("{why}; the guest was ended"));
+                        let stopped = Some(format!("{why}; the guest was ended"));
+                        return Supervised { stopped, profile };
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 let _ = child.kill();
                 let _ = child.wait();
-                return Some(format!("{why}; the guest was killed"));
+                let stopped = Some(format!("{why}; the guest was killed"));
+                return Supervised { stopped, profile };
             }
         }
         std::thread::sleep(Duration::from_millis(50));
