@@ -1580,3 +1580,100 @@ fn bbr_inflight_gain_switch_in_the_guest() {
     assert!(c.contains("guest bbr switch claims: all hold"), "{c}");
     echo_claims(&c);
 }
+
+/// The BBR-in-VMs cells in small: a two-flow BBR cell of the light sender in the guest
+/// under each contention model (a 50 % CFS quota, 50 % CPU slices), through the matrix.
+/// Each cell sums its flows and says how fair they were, records the guest's CPU receipt
+/// per second (guest-cpu.csv) and what its model did (uml.json), and BBR's mode per
+/// interval for every flow.
+#[test]
+fn bbr_vm_cells_of_both_contention_models_with_two_flows() {
+    if in_guest() {
+        return;
+    }
+    let _g = serial();
+    require_root();
+    kernel();
+    let dir = tempdir("uml-bbr-vm-ci");
+    let matrix = dir.join("bbr-vm-ci.toml");
+    std::fs::write(
+        &matrix,
+        "name = \"bbr-vm-ci\"\nduration = \"6s\"\nwarmup = \"2s\"\npause = \"0s\"\n\
+         drain_timeout = \"3s\"\n[path]\nrtt = \"20ms\"\nqueue = \"40ms\"\n\
+         [uml]\ncpu_period = \"10ms\"\n\
+         [axes]\nrate = [\"20mbit\"]\nconfig = [\"two\"]\ncc = [\"bbr\"]\n\
+         sender_kernel = [\"uml\"]\ncpu_quota = [50]\ncpu_slices = [50]\n\
+         [configs.two]\nargs = [\"--light\", \"-P\", \"2\"]\n",
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let prefix = format!("w{}", std::process::id() % 100_000);
+    let res = Running::spawn_program(
+        env!("CARGO_BIN_EXE_sbm-matrix"),
+        &[
+            "run",
+            matrix.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--prefix",
+            &prefix,
+        ],
+    )
+    .wait(Duration::from_secs(300));
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    let rows = read_csv(&out.join("summary.csv"));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for model in ["quota", "slices"] {
+        let row = rows
+            .iter()
+            .find(|r| !r[&format!("cpu_{model}")].is_empty())
+            .unwrap_or_else(|| panic!("no {model} cell in {rows:?}"));
+        assert_eq!(row["status"], "ok", "{row:?}");
+        assert_eq!(row["flows"], "2", "{row:?}");
+        let per_flow: Vec<f64> = row["flow_goodputs_bps"]
+            .split(';')
+            .map(|g| g.parse().unwrap())
+            .collect();
+        let total: f64 = row["goodput_bps"].parse().unwrap();
+        assert_eq!(per_flow.len(), 2, "{row:?}");
+        assert!(
+            (per_flow.iter().sum::<f64>() - total).abs() <= 0.01 * total && total > 1e6,
+            "{model}: the cell's goodput is its flows' sum: {row:?}"
+        );
+        let jain: f64 = row["jain_index"].parse().unwrap();
+        assert!(jain > 0.0 && jain <= 1.0, "{row:?}");
+
+        let cell = out.join(&row["cell"]);
+        let cpu = read_csv(&cell.join("guest-cpu.csv"));
+        assert!(
+            cpu.len() >= 5,
+            "{model}: one guest-cpu.csv row a second: {cpu:?}"
+        );
+        assert!(
+            cpu.iter()
+                .all(|r| r["share"].parse::<f64>().unwrap() <= 0.6),
+            "{model}: the guest received at most its 50 % (and the sampling's slack): {cpu:?}"
+        );
+        let record = read_json(&cell.join("uml.json"));
+        if model == "quota" {
+            let q = &record["cpu_quota"];
+            assert_eq!(q["pct"], 50, "{q}");
+            assert!(q["stat"]["nr_periods"].as_u64().unwrap() > 0, "{q}");
+        } else {
+            let s = &record["cpu_slices"];
+            assert_eq!(s["share_pct"], 50, "{s}");
+            assert!(s["periods"].as_u64().unwrap() >= 500, "{s}");
+        }
+        for flow in ["flow-1", "flow-2"] {
+            let intervals = read_csv(&cell.join(flow).join("intervals.csv"));
+            assert!(
+                intervals.iter().any(|r| r["warmup"] == "false")
+                    && intervals
+                        .iter()
+                        .all(|r| ["STARTUP", "DRAIN", "PROBE_BW", "PROBE_RTT"]
+                            .contains(&r["bbr_mode"].as_str())),
+                "{model} {flow}: BBR's mode in every interval: {intervals:?}"
+            );
+        }
+    }
+}
