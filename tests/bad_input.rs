@@ -23,8 +23,16 @@ fn bin_dir() -> PathBuf {
 fn program(name: &str) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
     match name {
-        "scripts/matrix" | "scripts/bench" | "scripts/setup" | "testbed/wan" | "testbed/shape"
-        | "testbed/uml" | "kernel/mutate" => format!("{root}/{name}"),
+        "scripts/matrix"
+        | "scripts/bench"
+        | "scripts/setup"
+        | "scripts/instrument-cost"
+        | "testbed/wan"
+        | "testbed/shape"
+        | "testbed/uml"
+        | "kernel/mutate" => {
+            format!("{root}/{name}")
+        }
         bin => bin_dir().join(bin).to_string_lossy().into_owned(),
     }
 }
@@ -277,6 +285,10 @@ const CASES: &[Case] = &[
     ("scripts/bench", &["--smoke=1"], 2, "--smoke"),
     ("scripts/bench", &["--no-path=1"], 2, "--no-path"),
     ("scripts/setup", &["--bogus"], 2, "--bogus"),
+    ("scripts/instrument-cost", &["--bogus"], 2, "--bogus"),
+    ("scripts/instrument-cost", &["--reps", "0"], 2, "--reps"),
+    ("scripts/instrument-cost", &["--duration", "x"], 2, "--duration"),
+    ("scripts/instrument-cost", &["--out"], 2, "--out"),
     ("kernel/mutate", &["--bogus"], 2, "--bogus"),
     ("kernel/mutate", &["--work"], 2, "--work"),
     ("testbed/wan", &["up", "--rate", "fast"], 2, "--rate"),
