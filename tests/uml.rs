@@ -196,6 +196,25 @@ fn kernel_claims_hold_in_the_guest() {
     assert_eq!(record["guest_exit"], 0);
 }
 
+/// Runs `command` in a guest on `bed` with a 4 s timeout it will outlast; output in `out`.
+fn run_past_its_time(bed: &Bed, kernel: &Path, out: &Path, command: &[&str]) -> Finished {
+    let mut args = vec![
+        "uml",
+        "run",
+        "--prefix",
+        &bed.prefix,
+        "--kernel",
+        kernel.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--timeout",
+        "4s",
+        "--",
+    ];
+    args.extend_from_slice(command);
+    Running::spawn_program(testbed_bin().to_str().unwrap(), &args).wait(Duration::from_secs(120))
+}
+
 /// A guest whose command runs past its time records the command's threads before stopping
 /// it — state, wait channel and kernel stack, here those of the `sleep` that
 /// would not end — and where the CPU went over a second, in guest-tasks.txt, named in
@@ -210,25 +229,7 @@ fn a_guest_past_its_time_leaves_its_task_dump() {
     let kernel = kernel();
     let bed = Bed::up("utd", &["--rate", "off", "--rtt", "2ms"]);
     let out = tempdir("uml-task-dump");
-    let res = Running::spawn_program(
-        testbed_bin().to_str().unwrap(),
-        &[
-            "uml",
-            "run",
-            "--prefix",
-            &bed.prefix,
-            "--kernel",
-            kernel.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--timeout",
-            "4s",
-            "--",
-            "sleep",
-            "600",
-        ],
-    )
-    .wait(Duration::from_secs(120));
+    let res = run_past_its_time(&bed, &kernel, &out, &["sleep", "600"]);
     assert_ne!(res.code(), Some(0), "{}", res.stderr);
     assert!(
         res.stderr.contains("still running after 4 s"),
@@ -277,28 +278,13 @@ fn a_busy_guest_past_its_time_is_profiled_from_the_host() {
     let kernel = kernel();
     let bed = Bed::up("upr", &["--rate", "off", "--rtt", "2ms"]);
     let out = tempdir("uml-profile");
-    let res = Running::spawn_program(
-        testbed_bin().to_str().unwrap(),
-        &[
-            "uml",
-            "run",
-            "--prefix",
-            &bed.prefix,
-            "--kernel",
-            kernel.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--timeout",
-            "4s",
-            "--",
-            // Copying zeros runs the guest kernel's read and write paths without end.
-            "dd",
-            "if=/dev/zero",
-            "of=/dev/null",
-            "bs=64k",
-        ],
-    )
-    .wait(Duration::from_secs(120));
+    // Copying zeros runs the guest kernel's read and write paths without end.
+    let res = run_past_its_time(
+        &bed,
+        &kernel,
+        &out,
+        &["dd", "if=/dev/zero", "of=/dev/null", "bs=64k"],
+    );
     assert!(
         res.stderr.contains("still running after 4 s"),
         "{}",
