@@ -442,7 +442,7 @@ fn unreachable_peer_is_one_line_and_exit_1() {
 fn light_mode_keeps_intervals_and_drops_the_per_write_work() {
     let _g = serial();
     let mut sink = Sink::start("127.0.0.1:0", &["-q"]);
-    let cpu = |extra: &[&str], tag: &str| -> (PathBuf, f64) {
+    let cpu = |extra: &[&str], tag: &str| -> (TempDir, f64) {
         let out = tempdir(tag);
         let mut args = vec![
             "-c", &sink.addr, "--writes", "20000", "-l", "1KiB", "-q", "--out",

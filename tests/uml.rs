@@ -49,7 +49,7 @@ fn kernel() -> PathBuf {
 }
 
 /// Runs `command` in a guest on `bed`; returns (exit status of uml run, output dir).
-fn in_guest_on(bed: &Bed, kernel: &Path, extra: &[&str], command: &[&str]) -> (Finished, PathBuf) {
+fn in_guest_on(bed: &Bed, kernel: &Path, extra: &[&str], command: &[&str]) -> (Finished, TempDir) {
     let out = tempdir(&format!("{}-guest", bed.prefix));
     let mut args = vec![
         "uml",
@@ -79,7 +79,7 @@ fn this_test_in_guest(
     extra: &[&str],
     name: &str,
     flag: &str,
-) -> (Finished, PathBuf) {
+) -> (Finished, TempDir) {
     let me = std::env::current_exe().unwrap();
     let flag = format!("{flag}=1");
     in_guest_on(
@@ -108,7 +108,7 @@ fn script_in_guest(
     extra: &[&str],
     tag: &str,
     script: &[String],
-) -> (Finished, PathBuf) {
+) -> (Finished, TempDir) {
     let out = tempdir(tag);
     let kernel = kernel.to_str().unwrap();
     let outs = out.to_str().unwrap();

@@ -30,14 +30,53 @@ pub fn bin(name: &str) -> PathBuf {
     }
 }
 
-pub fn tempdir(tag: &str) -> PathBuf {
+/// A test's scratch directory under the system's temporary directory, removed when the test
+/// ends (passing or failing). `SBM_KEEP_TEST_DIRS=1` keeps it, to read a failure's outputs.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("SBM_KEEP_TEST_DIRS").is_some() {
+            eprintln!("kept {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub fn tempdir(tag: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!(
         "sbm-test-{tag}-{}-{}",
         std::process::id(),
         rand_suffix()
     ));
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
 }
 
 fn rand_suffix() -> u64 {
@@ -586,7 +625,7 @@ impl Bed {
     }
 
     /// The same, with the output directory.
-    pub fn transfer_to(&self, args: &[&str]) -> (serde_json::Value, PathBuf) {
+    pub fn transfer_to(&self, args: &[&str]) -> (serde_json::Value, TempDir) {
         let sink = Sink::start_in(&self.ns("rcv"), "198.18.2.1:5301", &["-q"]);
         let out = tempdir(&format!("{}-send", self.prefix));
         let send = bin("sbm-send");
