@@ -50,8 +50,13 @@ struct tcp_sock___sbm {
 } __attribute__((preserve_access_index));
 
 struct skb_shared_info___sbm {
+	__u8 tx_flags;
 	__u32 tskey;
 } __attribute__((preserve_access_index));
+
+/* The skb's software TX timestamp requests: SKBTX_SW_TSTAMP, SKBTX_SCHED_TSTAMP and
+ * (6.15+) SKBTX_BPF, as include/linux/skbuff.h numbers them. */
+#define SBM_SKBTX_SW_STAMPS ((1 << 1) | (1 << 6) | (1 << 7))
 
 /* Under the kernel's own name: libbpf matches the kfunc's prototype by the names of its
  * argument types, and a forward declaration does not match a struct. */
@@ -79,6 +84,9 @@ enum sbm_event_kind {
 	EV_DEPART = 6,		/* seq: end_seq of a segment that advanced the highest sent */
 	EV_CLOSED = 7,
 	EV_NO_TSTAMP = 8,	/* enabling BPF TX timestamping failed: aux = error */
+	EV_DISPLACED = 9,	/* a segment left carrying a timestamp request whose key byte it
+				 * does not hold: seq = the key, aux = the segment's first
+				 * byte minus the key */
 };
 
 struct sbm_event {
@@ -179,23 +187,26 @@ static __always_inline struct sk_buff___sbm *callback_skb(struct bpf_sock_ops *s
 	return k->skb;
 }
 
+static __always_inline struct skb_shared_info___sbm *skb_shinfo(struct sk_buff___sbm *skb)
+{
+	return bpf_rdonly_cast(skb->head + skb->end,
+			       bpf_core_type_id_kernel(struct skb_shared_info___sbm));
+}
+
 static __always_inline __u32 skb_tskey(struct sk_buff___sbm *skb)
 {
-	struct skb_shared_info___sbm *shinfo;
-
-	shinfo = bpf_rdonly_cast(skb->head + skb->end,
-				 bpf_core_type_id_kernel(struct skb_shared_info___sbm));
-	return shinfo->tskey;
+	return skb_shinfo(skb)->tskey;
 }
 
 SEC("sockops")
 int sbm_trace(struct bpf_sock_ops *skops)
 {
 	struct sbm_trace_config *cfg;
+	struct skb_shared_info___sbm *shinfo;
 	struct sk_buff___sbm *skb;
 	struct bpf_sock *sk = skops->sk;
 	struct sbm_conn *c;
-	__u32 zero = 0, seq, end_seq, remote;
+	__u32 zero = 0, seq, end_seq, key, remote;
 	int flag, err;
 
 	if (!sk)
@@ -237,6 +248,14 @@ int sbm_trace(struct bpf_sock_ops *skops)
 		/* struct tcp_skb_cb starts with seq and end_seq. */
 		seq = *(__u32 *)&skb->cb[0];
 		end_seq = *(__u32 *)&skb->cb[4];
+		/* Its TX timestamps are reported for the key byte: say so when the segment that
+		 * carries the request does not hold that byte (the kernel moved the byte to an
+		 * earlier segment and left the request behind). */
+		shinfo = skb_shinfo(skb);
+		key = shinfo->tskey;
+		if ((shinfo->tx_flags & SBM_SKBTX_SW_STAMPS) && end_seq != seq &&
+		    key - seq >= end_seq - seq)
+			emit(skops, sk, EV_DISPLACED, key, (__s32)(seq - key));
 		if (end_seq == seq || (__s32)(end_seq - c->max_end) <= 0)
 			return 1;
 		c->max_end = end_seq;

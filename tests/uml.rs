@@ -1663,3 +1663,47 @@ fn bbr_vm_cells_of_both_contention_models_with_two_flows() {
         }
     }
 }
+
+/// `--light` does no per-write work beyond the write itself: in a UML guest, where every clock
+/// read is a system call (UML's vDSO makes one), strace counts at most two clock reads per
+/// write (one per turn of the loop, not several per write) and no SIOCOUTQNSD ioctl per write.
+/// Before this was so, the same run read the clock ~7 times and ran one ioctl per write, and
+/// sbm-send cost the guest twice the CPU (results/instrument-cost).
+#[test]
+fn the_light_sender_makes_no_per_write_clock_reads_or_ioctls_in_the_guest() {
+    if in_guest() {
+        return;
+    }
+    let (_g, kernel, bed, sink) = guest_bed_at_2mbit(&format!("l{}", std::process::id() % 100_000));
+    let send = bin("sbm-send");
+    let script = [format!(
+        "strace -f -c -o $OUT/strace.txt {} --connect {} -t 6s -l 4KiB --light -q --out $OUT/send",
+        send.display(),
+        sink.addr
+    )];
+    let (res, out) = script_in_guest(&bed, &kernel, &[], "uml-light-syscalls", &script);
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stderr, console(&out));
+    let writes = read_json(&out.join("send/summary.json"))["totals"]["writes"]
+        .as_u64()
+        .unwrap();
+    let table = std::fs::read_to_string(out.join("strace.txt")).unwrap();
+    // strace -c rows: % time, seconds, usecs/call, calls, [errors,] syscall.
+    let calls = |name: &str| -> u64 {
+        table
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.last() == Some(&name)).then(|| f[3].parse::<u64>().unwrap())
+            })
+            .sum()
+    };
+    let (clock, ioctl) = (calls("clock_gettime"), calls("ioctl"));
+    eprintln!("{writes} writes: {clock} clock_gettime, {ioctl} ioctl\n{table}");
+    assert!(writes > 100, "only {writes} writes");
+    assert!(
+        clock <= 2 * writes,
+        "{clock} clock reads for {writes} writes"
+    );
+    assert!(ioctl * 10 < writes, "{ioctl} ioctls for {writes} writes");
+    drop(sink);
+}

@@ -47,6 +47,10 @@ pub enum EventKind {
     Closed,
     /// Enabling BPF TX timestamping failed on this connection (`aux` = the error).
     NoTimestamping,
+    /// A segment left carrying a TX timestamp request whose key byte (`seq`) it does not
+    /// hold (`aux`: the segment's first byte − the key): the reports for that key will be
+    /// this segment's.
+    Displaced,
 }
 
 /// One event of one connection (`cookie`: the kernel's socket cookie).
@@ -88,6 +92,7 @@ pub fn parse_event(b: &[u8]) -> Option<TraceEvent> {
         6 => EventKind::Depart,
         7 => EventKind::Closed,
         8 => EventKind::NoTimestamping,
+        9 => EventKind::Displaced,
         _ => return None,
     };
     let (local_port, remote_port) = (u16_at(36)?, u16_at(38)?);

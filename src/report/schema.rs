@@ -271,6 +271,9 @@ pub struct AttributionCounts {
     pub missing: u64,
     pub unsent: u64,
     pub off: u64,
+    /// sbm-trace only: reports the kernel made for a later segment than the write's last
+    /// byte's (see `stamps_displaced`).
+    pub displaced: u64,
 }
 
 impl AttributionCounts {
@@ -280,6 +283,7 @@ impl AttributionCounts {
             "coalesced" => self.coalesced += 1,
             "missing" => self.missing += 1,
             "unsent" => self.unsent += 1,
+            "displaced" => self.displaced += 1,
             _ => self.off += 1,
         }
     }
@@ -622,6 +626,11 @@ pub struct TraceConnSummary {
     pub snd_reports: u64,
     pub ack_reports: u64,
     pub departures: u64,
+    /// Segments that left carrying a TX timestamp request for a byte they did not hold:
+    /// the kernel had moved that byte into an earlier segment and left the request behind
+    /// (tcp_grow_skb() does, in 6.12 and 6.18, when it tops up a segment from the next one and
+    /// does not empty it), so the write's reports are a later segment's. Those rows' attribution is `displaced`; their exact departure is right.
+    pub stamps_displaced: u64,
     /// The kernel refused BPF TX timestamping on this connection (its error number).
     pub timestamping_error: Option<i32>,
 }

@@ -14,7 +14,9 @@ use crate::clock::MonoToReal;
 use crate::stats::LatencyHist;
 use crate::tstamp::cmsg::RawReport;
 use crate::tstamp::departures::{unwrap_near, Departed, DepartureLedger};
-use crate::tstamp::ledger::{IssuedWrite, ProvisionalSojourn, RunEnd, TimedWrite, WriteLedger};
+use crate::tstamp::ledger::{
+    IssuedWrite, ProvisionalSojourn, RunEnd, StampState, TimedWrite, WriteLedger,
+};
 use crate::tstamp::TxKind;
 
 /// A write with its exact departure (None: its last byte had not left when the run ended).
@@ -45,6 +47,8 @@ pub struct ConnCounts {
     pub stale_writes: u64,
     /// The kernel refused BPF TX timestamping on this connection (its error), if it did.
     pub timestamping_error: Option<i32>,
+    /// Segments that carried a timestamp request for a byte they did not hold.
+    pub stamps_displaced: u64,
 }
 
 pub struct Connection {
@@ -77,6 +81,8 @@ pub struct Connection {
     /// last acknowledgement seen: the goodput window.
     warmup_mark: Option<(u64, u64)>,
     last_ack_ns: u64,
+    /// End offsets of writes whose reports a later segment than their last byte's carries.
+    displaced: std::collections::HashSet<u64>,
 }
 
 impl Connection {
@@ -105,6 +111,7 @@ impl Connection {
             closed: false,
             warmup_mark: None,
             last_ack_ns: 0,
+            displaced: Default::default(),
         }
     }
 
@@ -216,6 +223,10 @@ impl Connection {
             }
             EventKind::Closed => self.closed = true,
             EventKind::NoTimestamping => self.counts.timestamping_error = Some(ev.aux),
+            EventKind::Displaced => {
+                self.counts.stamps_displaced += 1;
+                self.displaced.insert(self.offset(ev.seq, self.written) + 1);
+            }
         }
         self.take_done(rows);
     }
@@ -245,7 +256,14 @@ impl Connection {
     }
 
     fn take_done(&mut self, rows: &mut Vec<TracedWrite>) {
-        for timed in self.done.drain(..) {
+        for mut timed in self.done.drain(..) {
+            if self.displaced.remove(&timed.write.end_offset) {
+                for s in [&mut timed.sched, &mut timed.snd, &mut timed.ack] {
+                    if s.state == StampState::Exact {
+                        s.state = StampState::Displaced;
+                    }
+                }
+            }
             let depart_ns = self.departures.take(timed.write.seq);
             rows.push(TracedWrite { timed, depart_ns });
         }

@@ -146,6 +146,7 @@ impl Traced {
             snd_reports: c.snd,
             ack_reports: c.ack,
             departures: c.departures,
+            stamps_displaced: c.stamps_displaced,
             timestamping_error: c.timestamping_error,
         }
     }

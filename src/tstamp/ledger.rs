@@ -94,6 +94,11 @@ pub enum StampState {
     Absent,
     /// Timestamps were turned off for the run.
     Off,
+    /// The reports came with a later segment than the one that carried the write's last
+    /// byte: the kernel moved the byte to an earlier segment and left the timestamp request
+    /// behind (sbm-trace sees this per segment; see `stamps_displaced` in trace.json). The
+    /// times are that later segment's.
+    Displaced,
 }
 
 impl StampState {
@@ -105,6 +110,7 @@ impl StampState {
             StampState::Unsent => "unsent",
             StampState::Absent => "absent",
             StampState::Off => "off",
+            StampState::Displaced => "displaced",
         }
     }
 }

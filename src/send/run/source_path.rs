@@ -13,6 +13,9 @@ impl Sender<'_> {
     /// there is something to write: an idle application must not be woken by a writable
     /// socket (level-triggered EPOLLOUT would spin).
     pub(super) fn source_step(&mut self) -> Result<(), EndReason> {
+        if self.source.is_none() {
+            return Ok(());
+        }
         let now = self.elapsed();
         let Some(src) = &mut self.source else {
             return Ok(());
@@ -44,11 +47,10 @@ impl Sender<'_> {
 
     /// When the loop must wake for the source (its next frame), if that is still ahead.
     pub(super) fn source_wake(&self) -> Option<Duration> {
-        let now = self.elapsed();
         self.source
             .as_ref()
             .and_then(|s| s.next_wake())
-            .filter(|&t| t > now)
+            .filter(|&t| t > self.elapsed())
     }
 
     /// The frame to write on this invitation (None: bulk, or nothing to write — see
@@ -67,8 +69,10 @@ impl Sender<'_> {
         } else {
             0
         };
-        let now = self.elapsed();
-        Ok(self.source.as_mut().and_then(|s| s.current(now, rate_bps)))
+        let Some(src) = self.source.as_mut() else {
+            return Ok(None);
+        };
+        Ok(src.current(self.t0.elapsed(), rate_bps))
     }
 
     /// frames.csv and content-age.csv, and the summary's content age (None: bulk).

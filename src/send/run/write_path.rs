@@ -67,8 +67,17 @@ impl Sender<'_> {
             range = f.written as usize..f.size as usize;
         }
         let fd = self.sock.as_fd();
-        let notsent_before = sys::outq_notsent(fd).map_err(EndReason::local)?;
-        let write_ns = realtime_ns();
+        // The backlog before the write is a writes.csv column only: not read without one.
+        let notsent_before = if self.cfg.write_log {
+            sys::outq_notsent(fd).map_err(EndReason::local)?
+        } else {
+            0
+        };
+        let write_ns = if self.keeps_write_times() {
+            realtime_ns()
+        } else {
+            self.t0_ns + self.turn.as_nanos() as u64
+        };
         let content_ns = frame.map(|f| {
             self.frame_log
                 .as_ref()
@@ -89,7 +98,6 @@ impl Sender<'_> {
         match self.sock.send_with_flags(&self.buf[range], flags) {
             Ok(0) => Ok(WriteOutcome::WouldBlock),
             Ok(n) => {
-                let end_ns = realtime_ns();
                 let written_after = self.run.tally.bytes_written + n as u64;
                 if let Some(f) = &mut self.framer {
                     f.accepted(n as u32, written_after);
@@ -101,7 +109,7 @@ impl Sender<'_> {
                         .and_then(|s| s.accepted(n as u32))
                         .map(|_| written_after);
                     if let Some(log) = &mut self.frame_log {
-                        log.wrote(&f, message, write_ns, end_ns, finished);
+                        log.wrote(&f, message, write_ns, realtime_ns(), finished);
                     }
                 }
                 if self.sampling() {
@@ -144,6 +152,17 @@ impl Sender<'_> {
             }
             Err(e) => Err(EndReason::PeerFailed(format!("write failed: {e}"))),
         }
+    }
+
+    /// Whether anything keeps a write's own time (a writes.csv row, TX reports, the
+    /// sampler, exact departures, message framing, an application-limited source's log);
+    /// if nothing does, writes are timed by the loop's turn (see [`Sender::turn`]).
+    fn keeps_write_times(&self) -> bool {
+        self.cfg.write_log
+            || self.cfg.timestamps
+            || self.departures.is_some()
+            || self.framer.is_some()
+            || self.frame_log.is_some()
     }
 
     pub(super) fn record(&mut self, issued: IssuedWrite) -> Result<(), EndReason> {
