@@ -308,19 +308,17 @@ fn by_end_offset(rows: &[Row]) -> std::collections::HashMap<u64, &Row> {
 
 /// sbm-send's own writes.csv (in `send_out`) against the tracer's record of the same run:
 /// the same writes at the same stream offsets; the tracer's BPF TX_SCHED equal to sbm-send's
-/// SO_TIMESTAMPING TX_SCHED (the same hook, two interfaces: ≥ 99 % within 50 µs); the traced
-/// departure (TCP handing the last byte's segment to IP) never after sbm-send's exact
-/// TX_SCHED (+ 50 µs), within 50 µs of it for ≥ 85 % of the writes with the median gap under
-/// 50 µs; and inside sbm-send's snd_nxt sampler bracket (± the documented 50 µs) for ≥ 99 %.
-/// Measured here: the departure precedes TX_SCHED by ~20 µs, and for 2–8 % of 64 KiB writes at
-/// 2 Mb/s by 10–12 ms, where both TX_SCHED hooks agree on the late time and the sampler agrees
-/// with the departure. The data is not what is late: the same writes' TX_ACK comes as long
-/// after the departure as every other write's, so the bytes left then and only the SCHED
-/// report comes one send opportunity (two packets at the bottleneck, 12.2 ms) later. It is
-/// deterministic for a given run (the same two of 111 writes, at the same stream offsets,
-/// in a 30 s run with and without --exact-departures, that is without any BPF program), with
-/// no retransmission or drop counted in the sender's namespace. Why the report is late is not
-/// known; the next step is to see which skb carries the flag when the qdisc stamps it.
+/// SO_TIMESTAMPING TX_SCHED (the same hook, two interfaces: ≥ 99 % within 50 µs); and the
+/// traced departure (TCP handing the last byte's segment to IP) held to [`check_departures`],
+/// with the writes the tracer marks `displaced` as the ones whose TX_SCHED is a later
+/// segment's.
+///
+/// Measured here before the tracer marked them: for 2–8 % of 64 KiB writes at 2 Mb/s the
+/// departure preceded TX_SCHED by 10–12 ms (one send opportunity), deterministic at the same
+/// stream offsets, with and without any BPF program. The tracer then saw, for exactly those
+/// writes, the segment carrying the timestamp request leave without the key byte: the kernel
+/// had moved the byte into the segment before (tcp_grow_skb() tops a segment up from the
+/// next one and leaves the request where it was).
 fn compare_departures(send_out: &std::path::Path, trace_out: &std::path::Path, what: &str) {
     let trace = read_json(&trace_out.join("trace.json"));
     assert_eq!(trace["connections"].as_array().unwrap().len(), 1, "{trace}");
@@ -355,28 +353,44 @@ fn compare_departures(send_out: &std::path::Path, trace_out: &std::path::Path, w
             || same_sched as f64 >= 0.99 * both_sched as f64,
         "{what}: {same_sched} of {both_sched} BPF TX_SCHED times within 50 us of SO_TIMESTAMPING's"
     );
+    let traced_row = |r: &Row| traced_at[&num(r, "end_offset").unwrap()];
     check_departures(
         &mine,
-        &|r| num(traced_at[&num(r, "end_offset").unwrap()], "depart_lo_ns"),
+        &|r| num(traced_row(r), "depart_lo_ns"),
+        &|r| traced_row(r)["attribution"] == "displaced",
         what,
     );
 }
 
-/// An exact per-packet departure (`depart` of each of sbm-send's rows) against sbm-send's
-/// exact TX_SCHED reports and its snd_nxt sampler's bracket: never after TX_SCHED (+ 50 µs),
-/// within 50 µs of it for ≥ 85 % of the writes with the median gap under 50 µs, and inside
-/// the bracket (± the documented 50 µs) for ≥ 99 %.
-fn check_departures(mine: &[Row], depart_of: &dyn Fn(&Row) -> Option<u64>, what: &str) {
+/// An exact per-packet departure (`depart_of` each of sbm-send's rows) against sbm-send's
+/// exact TX_SCHED reports and its snd_nxt sampler's bracket. Writes whose reports were a later
+/// segment's (`displaced`, or sbm-send's own attribution `displaced`) have their TX_SCHED at
+/// least 1 ms after the departure; every other exact write is within 50 µs of it (≥ 99 %, one
+/// outlier allowed in a short run), none departs after it, and ≥ 99 % of departures lie inside
+/// the sampler's bracket (± the documented 50 µs).
+fn check_departures(
+    mine: &[Row],
+    depart_of: &dyn Fn(&Row) -> Option<u64>,
+    displaced: &dyn Fn(&Row) -> bool,
+    what: &str,
+) {
     let (mut exact, mut close, mut late, mut gaps) = (0, 0, vec![], vec![]);
     let (mut in_bracket, mut bracketed) = (0, 0);
+    let (mut moved, mut moved_later) = (0, 0);
     for r in mine {
         let end = num(r, "end_offset").unwrap();
         let Some(depart) = depart_of(r) else {
             continue;
         };
-        if r["attribution"] == "exact" {
+        let sched = num(r, "sched_ns");
+        if r["attribution"] == "displaced" || (r["attribution"] == "exact" && displaced(r)) {
+            moved += 1;
+            if sched.is_some_and(|s| s >= depart + 1_000_000) {
+                moved_later += 1;
+            }
+        } else if r["attribution"] == "exact" {
             exact += 1;
-            let sched = num(r, "sched_ns").unwrap();
+            let sched = sched.unwrap();
             if depart.abs_diff(sched) <= 50_000 {
                 close += 1;
             }
@@ -393,9 +407,13 @@ fn check_departures(mine: &[Row], depart_of: &dyn Fn(&Row) -> Option<u64>, what:
         }
     }
     eprintln!(
-        "{what}: {close}/{exact} departures within 50 us of TX_SCHED, {in_bracket}/{bracketed} inside the sampler's bracket"
+        "{what}: {close}/{exact} departures within 50 us of TX_SCHED ({moved} displaced, {moved_later} of them ≥ 1 ms later), {in_bracket}/{bracketed} inside the sampler's bracket"
     );
     assert!(exact >= 10, "{what}: {exact} exact rows");
+    assert_eq!(
+        moved_later, moved,
+        "{what}: displaced writes whose TX_SCHED is not ≥ 1 ms after their departure"
+    );
     assert!(
         late.is_empty(),
         "{what}: departures after TX_SCHED: {late:?}"
@@ -407,8 +425,9 @@ fn check_departures(mine: &[Row], depart_of: &dyn Fn(&Row) -> Option<u64>, what:
         "{what}: median TX_SCHED − departure {median_gap} ns"
     );
     assert!(
-        close as f64 >= 0.85 * exact as f64,
-        "{what}: {close} of {exact} exact TX_SCHED times within 50 us of the traced departure"
+        close + 1 >= exact && close as f64 >= 0.97 * exact as f64
+            || close as f64 >= 0.99 * exact as f64,
+        "{what}: {close} of {exact} exact TX_SCHED times within 50 us of the departure"
     );
     assert!(
         in_bracket as f64 >= 0.99 * bracketed as f64,
@@ -527,7 +546,12 @@ fn sbm_sends_exact_departures_agree_with_its_other_estimators() {
             .filter(|r| r["warmup"] == "false" && !r["depart_exact_ns"].is_empty())
             .count() as u64
     );
-    check_departures(&rows, &|r| num(r, "depart_exact_ns"), "--exact-departures");
+    check_departures(
+        &rows,
+        &|r| num(r, "depart_exact_ns"),
+        &|_| false,
+        "--exact-departures",
+    );
     drop(bed);
     assert_eq!(
         attached(),

@@ -28,6 +28,9 @@ pub struct ExactDepartures {
     skip: u64,
     ledger: DepartureLedger,
     scratch: Vec<Departed>,
+    /// End offsets of writes whose TX reports a later segment than their last byte's
+    /// carries (the program saw the request leave without its key byte).
+    displaced: std::collections::HashSet<u64>,
 }
 
 impl ExactDepartures {
@@ -58,6 +61,7 @@ impl ExactDepartures {
             skip: 0,
             ledger: DepartureLedger::new(),
             scratch: vec![],
+            displaced: Default::default(),
         })
     }
 
@@ -85,6 +89,12 @@ impl ExactDepartures {
                         .on_departure(end.saturating_sub(self.skip), t, &mut self.scratch);
                     self.scratch.clear();
                 }
+                EventKind::Displaced => {
+                    let Some(base) = self.base else { continue };
+                    let near = self.ledger.sent() + self.skip;
+                    let key = unwrap_near(ev.seq.wrapping_sub(base), near);
+                    self.displaced.insert((key + 1).saturating_sub(self.skip));
+                }
                 _ => {}
             }
         }
@@ -94,6 +104,12 @@ impl ExactDepartures {
     /// The exact departure of write `seq`'s last byte, once.
     pub fn take(&mut self, seq: u64) -> Option<u64> {
         self.ledger.take(seq)
+    }
+
+    /// Whether the write ending at `end` had its TX reports carried by a later segment than
+    /// its last byte's (asked once per write, when its row becomes final).
+    pub fn take_displaced(&mut self, end: u64) -> bool {
+        self.displaced.remove(&end)
     }
 
     /// What the estimator saw (summary.json `exact_departures`).

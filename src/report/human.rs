@@ -177,8 +177,19 @@ pub fn send_summary_text(s: &SendSummary) -> String {
         let a = &s.attribution;
         let _ = writeln!(
             out,
-            "rows: {} exact, {} coalesced, {} missing, {} unsent",
-            a.exact, a.coalesced, a.missing, a.unsent
+            "rows: {} exact, {} coalesced, {} missing, {} unsent{}",
+            a.exact,
+            a.coalesced,
+            a.missing,
+            a.unsent,
+            if a.displaced > 0 {
+                format!(
+                    ", {} displaced (their reports are a later segment's: the kernel moved the last byte, not the request)",
+                    a.displaced
+                )
+            } else {
+                String::new()
+            }
         );
         if a.missing > 0 {
             let _ = writeln!(

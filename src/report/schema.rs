@@ -616,7 +616,7 @@ pub struct TraceConnSummary {
     /// connection's events), and that window, s.
     pub goodput_bps: f64,
     pub goodput_window_s: f64,
-    /// Sojourn from the TX_SCHED reports over exact and coalesced rows after the warm-up.
+    /// Sojourn from the TX_SCHED reports over every row with a time (exact, coalesced, displaced) after the warm-up.
     pub sojourn: Percentiles,
     /// The exact departure of each write's last byte − its write time, after the warm-up.
     pub sojourn_depart: Percentiles,

@@ -14,9 +14,7 @@ use crate::clock::MonoToReal;
 use crate::stats::LatencyHist;
 use crate::tstamp::cmsg::RawReport;
 use crate::tstamp::departures::{unwrap_near, Departed, DepartureLedger};
-use crate::tstamp::ledger::{
-    IssuedWrite, ProvisionalSojourn, RunEnd, StampState, TimedWrite, WriteLedger,
-};
+use crate::tstamp::ledger::{IssuedWrite, ProvisionalSojourn, RunEnd, TimedWrite, WriteLedger};
 use crate::tstamp::TxKind;
 
 /// A write with its exact departure (None: its last byte had not left when the run ended).
@@ -258,11 +256,7 @@ impl Connection {
     fn take_done(&mut self, rows: &mut Vec<TracedWrite>) {
         for mut timed in self.done.drain(..) {
             if self.displaced.remove(&timed.write.end_offset) {
-                for s in [&mut timed.sched, &mut timed.snd, &mut timed.ack] {
-                    if s.state == StampState::Exact {
-                        s.state = StampState::Displaced;
-                    }
-                }
+                timed.mark_displaced();
             }
             let depart_ns = self.departures.take(timed.write.seq);
             rows.push(TracedWrite { timed, depart_ns });
@@ -298,6 +292,47 @@ mod tests {
             &ev(EventKind::Established, 0, BASE, BASE),
             MonoToReal { offset_ns: 1_000 },
         )
+    }
+
+    #[test]
+    fn a_request_that_left_without_its_key_byte_marks_its_write_displaced() {
+        let mut c = conn();
+        let mut rows = vec![];
+        let at = |off: u32| BASE.wrapping_add(off);
+        c.on_event(&ev(EventKind::Write, 10_000, at(3000), at(0)), &mut rows);
+        c.on_event(&ev(EventKind::Write, 20_000, at(6000), at(0)), &mut rows);
+        // Byte 2999 left in a segment ending at 3100; the request for key 2999 left with the
+        // next segment (3100..4548), which the program reports.
+        c.on_event(
+            &ev(EventKind::Depart, 30_000, at(3100), at(3100)),
+            &mut rows,
+        );
+        c.on_event(
+            &ev(EventKind::Depart, 40_000, at(4548), at(4548)),
+            &mut rows,
+        );
+        c.on_event(
+            &ev(EventKind::Displaced, 40_000, at(2999), at(4548)),
+            &mut rows,
+        );
+        c.on_event(&ev(EventKind::Sched, 40_100, at(2999), at(4548)), &mut rows);
+        c.on_event(&ev(EventKind::Ack, 90_000, at(2999), at(4548)), &mut rows);
+        c.on_event(
+            &ev(EventKind::Depart, 95_000, at(6000), at(6000)),
+            &mut rows,
+        );
+        c.on_event(&ev(EventKind::Sched, 95_100, at(5999), at(6000)), &mut rows);
+        c.on_event(&ev(EventKind::Ack, 99_000, at(5999), at(6000)), &mut rows);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(c.counts.stamps_displaced, 1);
+        let (a, b) = (&rows[0].timed, &rows[1].timed);
+        assert_eq!(
+            (a.sched.state, a.ack.state),
+            (StampState::Displaced, StampState::Displaced)
+        );
+        assert_eq!(a.sched.time_ns, Some(41_100), "the later segment's time");
+        assert_eq!(rows[0].depart_ns, Some(31_000), "the byte's own departure");
+        assert_eq!(b.sched.state, StampState::Exact);
     }
 
     #[test]

@@ -95,7 +95,10 @@ impl Traced {
             self.prev_sched_ns = w.sched.time_ns;
             if !warmup {
                 self.attribution.add(w.sched.state.name());
-                if matches!(w.sched.state, StampState::Exact | StampState::Coalesced) {
+                if matches!(
+                    w.sched.state,
+                    StampState::Exact | StampState::Coalesced | StampState::Displaced
+                ) {
                     if let Some(us) = w.sojourn_us() {
                         self.sojourn.record(us);
                     }

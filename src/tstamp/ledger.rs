@@ -159,6 +159,16 @@ impl TimedWrite {
         }
     }
 
+    /// The write's reports were a later segment's than its last byte's: its exact times
+    /// are marked displaced (see [`StampState::Displaced`]).
+    pub fn mark_displaced(&mut self) {
+        for s in [&mut self.sched, &mut self.snd, &mut self.ack] {
+            if s.state == StampState::Exact {
+                s.state = StampState::Displaced;
+            }
+        }
+    }
+
     /// Time from the write call to its last byte entering the qdisc, µs.
     pub fn sojourn_us(&self) -> Option<u64> {
         self.sched

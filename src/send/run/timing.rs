@@ -38,6 +38,15 @@ impl Sender<'_> {
 
     /// A write whose attribution is final: to writes.csv and the run statistics.
     pub(super) fn finish_row(&mut self, w: &TimedWrite) -> Result<(), EndReason> {
+        let mut w = *w;
+        if self
+            .departures
+            .as_mut()
+            .is_some_and(|d| d.take_displaced(w.write.end_offset))
+        {
+            w.mark_displaced();
+        }
+        let w = &w;
         let warmup = w.write.write_ns < self.warmup_end_ns;
         // Advance notice: how long before the previous write's last byte left the socket
         // this write was invited (negative: the backlog had already run dry).
