@@ -26,6 +26,8 @@
 #include <bpf/bpf_endian.h>
 
 #define SOL_SOCKET 1
+#define SBM_SOL_TCP 6
+#define SBM_TCP_CONGESTION 13
 /* Linux 6.15 uapi, absent from older headers: under sbm's own names. */
 #define SBM_SK_BPF_CB_FLAGS 1009
 #define SBM_SK_BPF_CB_TX_TIMESTAMPING 1
@@ -73,10 +75,12 @@ struct sbm_trace_config {
 	__u16 port;		/* 0: every connection; else only this local or remote port */
 	__u16 timestamping;	/* 1: BPF TX timestamping (needs 6.15+) */
 	__u32 pad;
+	char cc[16];		/* "": leave it; else each connection's congestion control */
 };
 
 enum sbm_event_kind {
-	EV_ESTABLISHED = 1,	/* seq: first data sequence number; addresses set */
+	EV_ESTABLISHED = 1,	/* seq: first data sequence number; addresses set; aux: setting
+				 * the configured congestion control failed with this error */
 	EV_WRITE = 2,		/* seq: the write's end (last byte + 1) */
 	EV_SCHED = 3,		/* seq: tskey (the last byte of the write that last touched the skb) */
 	EV_SND = 4,
@@ -226,7 +230,15 @@ int sbm_trace(struct bpf_sock_ops *skops)
 			return 1;
 		c->max_end = skops->snd_nxt;
 		c->started = 1;
-		emit(skops, sk, EV_ESTABLISHED, skops->snd_nxt, 0);
+		err = 0;
+		if (cfg->cc[0]) {
+			char cc[16];
+
+			__builtin_memcpy(cc, cfg->cc, sizeof(cc));
+			err = bpf_setsockopt(skops, SBM_SOL_TCP, SBM_TCP_CONGESTION, cc,
+					     sizeof(cc));
+		}
+		emit(skops, sk, EV_ESTABLISHED, skops->snd_nxt, err);
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 						 BPF_SOCK_OPS_STATE_CB_FLAG |
 						 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);

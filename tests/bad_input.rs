@@ -27,6 +27,7 @@ fn program(name: &str) -> String {
         | "scripts/bench"
         | "scripts/setup"
         | "scripts/instrument-cost"
+        | "scripts/displaced-stamps"
         | "testbed/wan"
         | "testbed/shape"
         | "testbed/uml"
@@ -289,6 +290,11 @@ const CASES: &[Case] = &[
     ("scripts/instrument-cost", &["--reps", "0"], 2, "--reps"),
     ("scripts/instrument-cost", &["--duration", "x"], 2, "--duration"),
     ("scripts/instrument-cost", &["--out"], 2, "--out"),
+    ("scripts/displaced-stamps", &["--bogus"], 2, "--bogus"),
+    ("scripts/displaced-stamps", &["--reps", "0"], 2, "--reps"),
+    ("scripts/displaced-stamps", &["--sizes", ","], 2, "--sizes"),
+    ("scripts/displaced-stamps", &["--duration", "4"], 2, "--duration"),
+    ("scripts/displaced-stamps", &["--out"], 2, "--out"),
     ("kernel/mutate", &["--bogus"], 2, "--bogus"),
     ("kernel/mutate", &["--work"], 2, "--work"),
     ("testbed/wan", &["up", "--rate", "fast"], 2, "--rate"),
@@ -301,6 +307,7 @@ const CASES: &[Case] = &[
     ("sbm-trace", &["--cgroup", "/nonexistent/cg", "--", "true"], 2, "--cgroup"),
     ("sbm-trace", &["--cgroup", "/nonexistent/cg"], 1, "/nonexistent/cg"),
     ("sbm-trace", &["--time", "soon", "--", "true"], 2, "--time"),
+    ("sbm-trace", &["--cc", "nosuch", "--", "true"], 2, "--cc"),
     ("sbm-trace", &["--port", "70000", "--", "true"], 2, "--port"),
     ("sbm-trace", &["--out", "/proc/no/such/dir", "--cgroup", "/nonexistent/cg"], 1, "/nonexistent/cg"),
     ("sbm-trace", &["--interval", "0s", "--", "true"], 2, "--interval"),

@@ -814,6 +814,15 @@ client = ["scripts/unmodified/http-get", "http://{addr}:{port}/file", "{seconds}
     assert_eq!(row("bpf")["policy"], "traced+replenish-time/bpf");
     let meta = read_json(&out.join("2mbit-lowat/meta.json"));
     assert_eq!(meta["ns_sysctls"][0]["value"], "16384", "{meta}");
+    // The unmodified server chooses no congestion control: sbm-trace gives its connections
+    // the row's (cubic, the default axis), whatever the namespace's default is.
+    for cell in ["2mbit-plain", "2mbit-lowat", "2mbit-bpf"] {
+        let trace = read_json(&out.join(cell).join("trace.json"));
+        assert_eq!(trace["congestion"], "cubic", "{cell}: {trace}");
+        for c in trace["connections"].as_array().unwrap() {
+            assert!(c["congestion_error"].is_null(), "{cell}: {c}");
+        }
+    }
     assert_eq!(meta["workload"], "command");
     assert!(
         std::fs::read_to_string(out.join("table.md"))

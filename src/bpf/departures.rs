@@ -42,6 +42,7 @@ impl ExactDepartures {
         let settings = TraceSettings {
             port: Some(port),
             timestamping: false,
+            congestion: None,
         };
         let (tracer, own) = match cgroup {
             Some(fd) => (Tracer::attach(&settings, fd)?, None),

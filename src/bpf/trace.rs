@@ -28,12 +28,17 @@ pub struct TraceSettings {
     pub port: Option<u16>,
     /// Ask for BPF TX timestamping (Linux 6.15+): per-write SCHED/SND/ACK times.
     pub timestamping: bool,
+    /// Set each traced connection's congestion control when it is established (an
+    /// unmodified program chooses none; a namespace other than the host's may not make
+    /// every algorithm its default). At most 15 bytes.
+    pub congestion: Option<String>,
 }
 
 /// What one callback reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
-    /// The connection is set up; `seq` is its first data sequence number.
+    /// The connection is set up; `seq` is its first data sequence number; `aux` the error
+    /// of setting the configured congestion control (0: set, or none asked).
     Established,
     /// A sendmsg() queued data; `seq` is the write's end (last byte + 1).
     Write,
@@ -128,10 +133,16 @@ pub fn parse_event(b: &[u8]) -> Option<TraceEvent> {
 
 impl TraceSettings {
     fn config_bytes(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(8);
+        let mut b = Vec::with_capacity(24);
         b.extend_from_slice(&self.port.unwrap_or(0).to_ne_bytes());
         b.extend_from_slice(&u16::from(self.timestamping).to_ne_bytes());
         b.extend_from_slice(&[0u8; 4]);
+        let mut cc = [0u8; 16];
+        if let Some(name) = &self.congestion {
+            let n = name.len().min(15);
+            cc[..n].copy_from_slice(&name.as_bytes()[..n]);
+        }
+        b.extend_from_slice(&cc);
         b
     }
 }

@@ -83,6 +83,11 @@ pub(super) fn trace_command(
         format!("{}ms", cell.warmup.as_millis()),
         "-i".into(),
         spec.interval.clone(),
+        // The row's congestion control on the server's connections: an unmodified server
+        // picks none, and would run the machine's default (BBR on some) beside sbm-send
+        // cells that run the `cc` axis.
+        "--cc".into(),
+        cell.cc.clone(),
     ];
     cmd.extend(cell.args.iter().cloned());
     cmd.push("--".into());

@@ -631,6 +631,8 @@ pub struct TraceConnSummary {
     /// (tcp_grow_skb() does, in 6.12 and 6.18, when it tops up a segment from the next one and
     /// does not empty it), so the write's reports are a later segment's. Those rows' attribution is `displaced`; their exact departure is right.
     pub stamps_displaced: u64,
+    /// `--cc` was asked and the kernel refused it on this connection (its error number).
+    pub congestion_error: Option<i32>,
     /// The kernel refused BPF TX timestamping on this connection (its error number).
     pub timestamping_error: Option<i32>,
 }
@@ -673,6 +675,8 @@ pub struct TraceSummary {
     pub exit_status: Option<i32>,
     /// BPF TX timestamping asked for (false: --no-timestamps).
     pub timestamping: bool,
+    /// `--cc`: the congestion control set on every traced connection (None: not asked).
+    pub congestion: Option<String>,
     pub port: Option<u16>,
     pub warmup_s: f64,
     /// --replenish-time, µs, when the BPF rule ran on the traced connections.

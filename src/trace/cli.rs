@@ -67,6 +67,13 @@ pub struct TraceArgs {
     #[arg(long)]
     pub no_timestamps: bool,
 
+    /// Set every traced connection's congestion control to NAME when it is established
+    /// (bpf_setsockopt): an unmodified program chooses none and runs the system's default,
+    /// which a network namespace may not be allowed to change. trace.json records it per
+    /// connection (`congestion_error` if the kernel refused).
+    #[arg(long, value_parser = parse_cc_name, value_name = "NAME")]
+    pub cc: Option<String>,
+
     /// Also keep the traced connections' TCP_NOTSENT_LOWAT at drain rate × DUR (the BPF
     /// TCP_REPLENISH_TIME of `sbm-send --replenish-impl bpf`).
     #[arg(long, value_parser = units::parse_duration, value_name = "DUR")]
@@ -83,4 +90,18 @@ pub struct TraceArgs {
     /// The run's summary (trace.json's content) as JSON on stdout at the end.
     #[arg(short = 'J', long)]
     pub json: bool,
+}
+
+/// A congestion control's name as the kernel takes it (TCP_CA_NAME_MAX = 16 with its NUL).
+fn parse_cc_name(s: &str) -> Result<String, String> {
+    let available = crate::sysinfo::sysctl("net/ipv4/tcp_available_congestion_control");
+    if s.is_empty() || s.len() > 15 || !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(format!("'{s}' is not a congestion control name"));
+    }
+    match available {
+        Some(list) if !list.split_whitespace().any(|n| n == s) => Err(format!(
+            "congestion control '{s}' is not available; available: {list}"
+        )),
+        _ => Ok(s.to_string()),
+    }
 }

@@ -47,6 +47,8 @@ pub struct ConnCounts {
     pub timestamping_error: Option<i32>,
     /// Segments that carried a timestamp request for a byte they did not hold.
     pub stamps_displaced: u64,
+    /// Setting the asked congestion control failed (its error), if it did.
+    pub congestion_error: Option<i32>,
 }
 
 pub struct Connection {
@@ -102,7 +104,10 @@ impl Connection {
             next_write: 0,
             sojourns: Vec::new(),
             done: Vec::new(),
-            counts: ConnCounts::default(),
+            counts: ConnCounts {
+                congestion_error: (ev.aux != 0).then_some(ev.aux),
+                ..ConnCounts::default()
+            },
             depart_sojourn: LatencyHist::new(),
             interval_sojourn: LatencyHist::new(),
             warmup_end_ns: 0,

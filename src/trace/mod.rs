@@ -73,6 +73,7 @@ where
             interval: a.interval,
             warmup: a.warmup,
             timestamping: !a.no_timestamps,
+            congestion: a.cc,
             replenish: a
                 .replenish_time
                 .map(|time| crate::bpf::replenish::Settings {

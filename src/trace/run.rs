@@ -38,6 +38,8 @@ pub struct TraceConfig {
     pub interval: Duration,
     pub warmup: Duration,
     pub timestamping: bool,
+    /// Each traced connection's congestion control (None: the program's own choice).
+    pub congestion: Option<String>,
     pub replenish: Option<replenish::Settings>,
     pub quiet: bool,
 }
@@ -150,6 +152,7 @@ impl Traced {
             ack_reports: c.ack,
             departures: c.departures,
             stamps_displaced: c.stamps_displaced,
+            congestion_error: c.congestion_error,
             timestamping_error: c.timestamping_error,
         }
     }
@@ -169,6 +172,7 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
         &TraceSettings {
             port: cfg.port,
             timestamping: cfg.timestamping,
+            congestion: cfg.congestion.clone(),
         },
         cgroup.fd(),
     )
@@ -344,6 +348,7 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
         end_reason,
         exit_status,
         timestamping: cfg.timestamping,
+        congestion: cfg.congestion.clone(),
         port: cfg.port,
         warmup_s: cfg.warmup.as_secs_f64(),
         replenish_time_us: cfg.replenish.as_ref().map(|s| s.time.as_micros() as u64),
