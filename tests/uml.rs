@@ -1666,7 +1666,9 @@ fn bbr_vm_cells_of_both_contention_models_with_two_flows() {
 
 /// `--light` does no per-write work beyond the write itself: in a UML guest, where every clock
 /// read is a system call (UML's vDSO makes one), strace counts at most two clock reads per
-/// write (one per turn of the loop, not several per write) and no SIOCOUTQNSD ioctl per write.
+/// write (one per turn of the loop, not several per write) and no SIOCOUTQNSD ioctl per write
+/// while it writes (`--drain-timeout 0s`: without timestamps the drain after the last write
+/// polls the backlog every millisecond, which is not per-write work).
 /// Before this was so, the same run read the clock ~7 times and ran one ioctl per write, and
 /// sbm-send cost the guest twice the CPU (results/instrument-cost).
 #[test]
@@ -1677,7 +1679,7 @@ fn the_light_sender_makes_no_per_write_clock_reads_or_ioctls_in_the_guest() {
     let (_g, kernel, bed, sink) = guest_bed_at_2mbit(&format!("l{}", std::process::id() % 100_000));
     let send = bin("sbm-send");
     let script = [format!(
-        "strace -f -c -o $OUT/strace.txt {} --connect {} -t 6s -l 4KiB --light -q --out $OUT/send",
+        "strace -f -c -o $OUT/strace.txt {} --connect {} -t 6s -l 4KiB --light --drain-timeout 0s -q --out $OUT/send",
         send.display(),
         sink.addr
     )];
