@@ -18,6 +18,8 @@ fn send_args<'a>(addr: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str>
 
 /// An sbm-send run against a sink that records into `sink_dir`.
 struct RecordedRun {
+    /// The run's directory, removed when the run's value is dropped.
+    _dir: TempDir,
     sink: Sink,
     sink_dir: PathBuf,
     out: PathBuf,
@@ -41,6 +43,7 @@ fn recorded_run(tag: &str, listen: &str, extra: &[&str]) -> RecordedRun {
         sink.proc.wait_line("total from", Duration::from_secs(20));
     }
     RecordedRun {
+        _dir: dir,
         sink,
         sink_dir,
         out,
@@ -52,6 +55,7 @@ fn recorded_run(tag: &str, listen: &str, extra: &[&str]) -> RecordedRun {
 fn check_full_run(listen: &str) {
     let _g = serial();
     let RecordedRun {
+        _dir,
         sink,
         sink_dir,
         out,
@@ -163,6 +167,7 @@ fn forced_errqueue_loss_is_counted_as_missing() {
 fn no_timestamps_run_writes_untimed_rows() {
     let _g = serial();
     let RecordedRun {
+        _dir,
         sink,
         sink_dir,
         out,
@@ -202,6 +207,7 @@ fn no_timestamps_run_writes_untimed_rows() {
 fn burst_writes_follow_an_invitation_only_while_taken_whole() {
     let _g = serial();
     let RecordedRun {
+        _dir,
         sink,
         sink_dir,
         out,
@@ -487,7 +493,13 @@ fn light_mode_keeps_intervals_and_drops_the_per_write_work() {
 fn timed_goodput_is_the_sum_of_its_interval_rows() {
     let _g = serial();
     for round in 0..3 {
-        let RecordedRun { sink, out, res, .. } = recorded_run(
+        let RecordedRun {
+            _dir,
+            sink,
+            out,
+            res,
+            ..
+        } = recorded_run(
             "goodput",
             "127.0.0.1:0",
             &["-t", "3s", "--warmup", "1s", "-i", "500ms", "--light"],
@@ -777,6 +789,7 @@ fn every_output_field_is_documented_in_readme() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let documented = |name: &str| readme.contains(&format!("`{name}`"));
     let RecordedRun {
+        _dir,
         sink,
         sink_dir,
         out,
@@ -1023,6 +1036,7 @@ fn sampled_departures_bracket_exact_sched_reports() {
 fn trip_times_measure_every_message_and_the_sender_compares() {
     let _g = serial();
     let RecordedRun {
+        _dir,
         sink,
         sink_dir,
         out,

@@ -12,13 +12,13 @@ use common::*;
 const RUN: Duration = Duration::from_secs(120);
 
 /// sbm-send with `extra` against a recording sink: on loopback, or across `bed` (sender
-/// in its snd namespace, sink in rcv). Returns (sender's dir, sink's dir, the sender's
-/// result).
+/// in its snd namespace, sink in rcv). Returns (the run's directory, removed when dropped;
+/// the sender's dir, the sink's dir, the sender's result).
 fn run_against_sink(
     tag: &str,
     bed: Option<&Bed>,
     extra: &[&str],
-) -> (std::path::PathBuf, std::path::PathBuf, Finished) {
+) -> (TempDir, std::path::PathBuf, std::path::PathBuf, Finished) {
     let dir = tempdir(tag);
     let sink_dir = dir.join("sink");
     let sink_args = ["--out", sink_dir.to_str().unwrap(), "-q"];
@@ -50,7 +50,7 @@ fn run_against_sink(
         sink.proc.wait_line("total from", Duration::from_secs(20));
     }
     sink.stop();
-    (out, sink_dir, res)
+    (dir, out, sink_dir, res)
 }
 
 fn count(rows: &[Row], fate: &str) -> u64 {
@@ -117,7 +117,7 @@ fn check_frames_reach_the_sink(out: &Path, sink_dir: &Path) -> Vec<Row> {
 #[test]
 fn a_paced_source_holds_its_rate_and_every_chunk_is_followed() {
     let _g = serial();
-    let (out, sink_dir, res) = run_against_sink(
+    let (_dir, out, sink_dir, res) = run_against_sink(
         "paced",
         None,
         &[
@@ -207,7 +207,7 @@ fn frames_over_a_bottleneck_are_written_or_dropped_and_arrive_in_order() {
     };
     let mut p95 = HashMap::new();
     for stale in ["latest", "queue"] {
-        let (out, sink_dir, res) = run_against_sink(stale, Some(&bed), &frames_args(stale));
+        let (_dir, out, sink_dir, res) = run_against_sink(stale, Some(&bed), &frames_args(stale));
         assert_eq!(res.code(), Some(0), "{stale}: {}", res.stderr);
         let frames = check_frames_reach_the_sink(&out, &sink_dir);
         let dropped = count(&frames, "dropped");
@@ -245,7 +245,7 @@ fn frames_over_a_bottleneck_are_written_or_dropped_and_arrive_in_order() {
 #[test]
 fn rendered_frames_follow_the_invitations_and_the_target_rate() {
     let _g = serial();
-    let (out, sink_dir, res) = run_against_sink(
+    let (_dir, out, sink_dir, res) = run_against_sink(
         "render",
         None,
         &[
