@@ -616,7 +616,8 @@ pub struct TraceConnSummary {
     /// connection's events), and that window, s.
     pub goodput_bps: f64,
     pub goodput_window_s: f64,
-    /// Sojourn from the TX_SCHED reports over every row with a time (exact, coalesced, displaced) after the warm-up.
+    /// Sojourn from the TX_SCHED reports over every row with a time (exact, coalesced,
+    /// displaced) after the warm-up.
     pub sojourn: Percentiles,
     /// The exact departure of each write's last byte − its write time, after the warm-up.
     pub sojourn_depart: Percentiles,
@@ -629,7 +630,8 @@ pub struct TraceConnSummary {
     /// Segments that left carrying a TX timestamp request for a byte they did not hold:
     /// the kernel had moved that byte into an earlier segment and left the request behind
     /// (tcp_grow_skb() does, in 6.12 and 6.18, when it tops up a segment from the next one and
-    /// does not empty it), so the write's reports are a later segment's. Those rows' attribution is `displaced`; their exact departure is right.
+    /// does not empty it), so the write's reports are a later segment's. Those rows'
+    /// attribution is `displaced`; their exact departure is right.
     pub stamps_displaced: u64,
     /// `--cc` was asked and the kernel refused it on this connection (its error number).
     pub congestion_error: Option<i32>,

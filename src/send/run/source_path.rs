@@ -13,13 +13,10 @@ impl Sender<'_> {
     /// there is something to write: an idle application must not be woken by a writable
     /// socket (level-triggered EPOLLOUT would spin).
     pub(super) fn source_step(&mut self) -> Result<(), EndReason> {
-        if self.source.is_none() {
-            return Ok(());
-        }
-        let now = self.elapsed();
         let Some(src) = &mut self.source else {
             return Ok(());
         };
+        let now = self.t0.elapsed();
         let dropped = src.generate(now);
         let ready = src.ready(now);
         if let Some(log) = &mut self.frame_log {
