@@ -823,6 +823,18 @@ client = ["scripts/unmodified/http-get", "http://{addr}:{port}/file", "{seconds}
             .filter(|w| w["warmup"] == "false" && !w["depart_lo_ns"].is_empty())
             .count() as u64;
         assert_eq!(num(r, "departed"), Some(departed_rows), "{r:?}");
+        // A coalesced TX_SCHED time stands only within 1 ms of the write's exact departure
+        // (later ones are another segment's: the row says `missing`).
+        for w in writes.iter().filter(|w| w["attribution"] == "coalesced") {
+            let (Some(sched), Some(depart)) = (num(w, "sched_ns"), num(w, "depart_exact_ns"))
+            else {
+                continue;
+            };
+            assert!(
+                sched <= depart + 1_000_000,
+                "{config}: coalesced {sched} against departure {depart}: {w:?}"
+            );
+        }
         assert!(
             departed_rows >= 3,
             "{config}: {departed_rows} writes departed"

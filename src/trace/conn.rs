@@ -264,6 +264,9 @@ impl Connection {
                 timed.mark_displaced();
             }
             let depart_ns = self.departures.take(timed.write.seq);
+            if let Some(d) = depart_ns {
+                timed.check_coalesced_against(d);
+            }
             rows.push(TracedWrite { timed, depart_ns });
         }
     }
@@ -384,6 +387,54 @@ mod tests {
         assert_eq!(b.depart_ns, Some(34_000));
         assert_eq!(a.timed.write.notsent_after, Some(3000));
         assert_eq!(c.depart_sojourn.count(), 2);
+    }
+
+    #[test]
+    fn a_coalesced_time_long_after_the_writes_departure_is_missing_not_a_bound() {
+        let mut c = conn();
+        let mut rows = vec![];
+        let at = |off: u32| BASE.wrapping_add(off);
+        // Three writes, each in a segment of its own; the first two never get a report.
+        c.on_event(&ev(EventKind::Write, 10_000, at(1000), at(0)), &mut rows);
+        c.on_event(&ev(EventKind::Write, 20_000, at(2000), at(0)), &mut rows);
+        c.on_event(&ev(EventKind::Write, 30_000, at(3000), at(0)), &mut rows);
+        c.on_event(
+            &ev(EventKind::Depart, 40_000, at(1000), at(1000)),
+            &mut rows,
+        );
+        // The second write's segment leaves 0.5 ms before the third's: within the slack.
+        c.on_event(
+            &ev(EventKind::Depart, 5_000_000, at(2000), at(2000)),
+            &mut rows,
+        );
+        c.on_event(
+            &ev(EventKind::Depart, 5_500_000, at(3000), at(3000)),
+            &mut rows,
+        );
+        c.on_event(
+            &ev(EventKind::Sched, 5_500_100, at(2999), at(3000)),
+            &mut rows,
+        );
+        c.on_event(
+            &ev(EventKind::Ack, 9_000_000, at(2999), at(3000)),
+            &mut rows,
+        );
+        assert_eq!(rows.len(), 3);
+        let states: Vec<_> = rows
+            .iter()
+            .map(|r| (r.timed.sched.state, r.timed.ack.state))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                (StampState::Missing, StampState::Coalesced),
+                (StampState::Coalesced, StampState::Coalesced),
+                (StampState::Exact, StampState::Exact),
+            ],
+            "5.5 ms after the first write's departure is another segment's time"
+        );
+        assert_eq!(rows[0].timed.sched.time_ns, None);
+        assert_eq!(rows[1].timed.sched.time_ns, Some(5_501_100));
     }
 
     #[test]

@@ -46,6 +46,10 @@ impl Sender<'_> {
         {
             w.mark_displaced();
         }
+        let exact_departure = self.departures.as_mut().and_then(|d| d.take(w.write.seq));
+        if let Some(d) = exact_departure {
+            w.check_coalesced_against(d);
+        }
         let w = &w;
         let warmup = w.write.write_ns < self.warmup_end_ns;
         // Advance notice: how long before the previous write's last byte left the socket
@@ -55,7 +59,6 @@ impl Sender<'_> {
             .map(|prev| (prev as i64 - w.write.write_ns as i64) / 1_000);
         self.prev_sched_ns = w.sched.time_ns;
         let departure = self.sampler.take(w.write.seq);
-        let exact_departure = self.departures.as_mut().and_then(|d| d.take(w.write.seq));
         if let Some(t) = exact_departure.filter(|_| !warmup) {
             self.run
                 .depart
