@@ -831,7 +831,7 @@ client = ["scripts/unmodified/http-get", "http://{addr}:{port}/file", "{seconds}
                 continue;
             };
             assert!(
-                sched <= depart + 1_000_000,
+                sched <= depart + sbm::tstamp::ledger::COALESCED_SLACK_NS,
                 "{config}: coalesced {sched} against departure {depart}: {w:?}"
             );
         }

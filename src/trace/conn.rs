@@ -260,13 +260,8 @@ impl Connection {
 
     fn take_done(&mut self, rows: &mut Vec<TracedWrite>) {
         for mut timed in self.done.drain(..) {
-            if self.displaced.remove(&timed.write.end_offset) {
-                timed.mark_displaced();
-            }
             let depart_ns = self.departures.take(timed.write.seq);
-            if let Some(d) = depart_ns {
-                timed.check_coalesced_against(d);
-            }
+            timed.settle_with_departure(self.displaced.remove(&timed.write.end_offset), depart_ns);
             rows.push(TracedWrite { timed, depart_ns });
         }
     }

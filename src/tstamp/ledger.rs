@@ -16,7 +16,7 @@
 //!   (error-queue overflow); or, where the exact departure of the write's last byte is
 //!   known (BPF per-packet sequence numbers), the only report at or past it came more than
 //!   [`COALESCED_SLACK_NS`] after that departure: another segment's time
-//!   ([`TimedWrite::check_coalesced_against`]);
+//!   ([`TimedWrite::settle_with_departure`]);
 //! * `unsent` / (for ACK) unacked: the run ended before the bytes got that far;
 //! * `absent`: the device never produces this kind of report (TX_SND on a driver that
 //!   does not call `skb_tx_timestamp`).
@@ -171,7 +171,7 @@ impl TimedWrite {
 
     /// The write's reports were a later segment's than its last byte's: its exact times
     /// are marked displaced (see [`StampState::Displaced`]).
-    pub fn mark_displaced(&mut self) {
+    fn mark_displaced(&mut self) {
         for s in [&mut self.sched, &mut self.snd, &mut self.ack] {
             if s.state == StampState::Exact {
                 s.state = StampState::Displaced;
@@ -179,13 +179,20 @@ impl TimedWrite {
         }
     }
 
-    /// Where the exact departure of the write's last byte is known (per-packet sequence
-    /// numbers): a coalesced time later than that departure by more than
+    /// What the per-packet departures say about this row's reports: `displaced` when the
+    /// segment carrying its timestamp request did not hold its last byte, and where the exact
+    /// departure of that byte is known, a coalesced time later than it by more than
     /// [`COALESCED_SLACK_NS`] is not the time of the segment that carried the byte but of a
     /// later one. The write's own reports were lost (and, when it is seconds late, those of
     /// the writes between: measured with nginx's sendfile under NOTSENT_LOWAT), so the write
     /// counts as `missing` for TX_SCHED and TX_SND instead of carrying a loose bound.
-    pub fn check_coalesced_against(&mut self, depart_ns: u64) {
+    pub fn settle_with_departure(&mut self, displaced: bool, depart_ns: Option<u64>) {
+        if displaced {
+            self.mark_displaced();
+        }
+        let Some(depart_ns) = depart_ns else {
+            return;
+        };
         let late = |s: &Stamp| {
             s.state == StampState::Coalesced
                 && s.time_ns

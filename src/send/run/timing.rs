@@ -39,17 +39,12 @@ impl Sender<'_> {
     /// A write whose attribution is final: to writes.csv and the run statistics.
     pub(super) fn finish_row(&mut self, w: &TimedWrite) -> Result<(), EndReason> {
         let mut w = *w;
-        if self
+        let displaced = self
             .departures
             .as_mut()
-            .is_some_and(|d| d.take_displaced(w.write.end_offset))
-        {
-            w.mark_displaced();
-        }
+            .is_some_and(|d| d.take_displaced(w.write.end_offset));
         let exact_departure = self.departures.as_mut().and_then(|d| d.take(w.write.seq));
-        if let Some(d) = exact_departure {
-            w.check_coalesced_against(d);
-        }
+        w.settle_with_departure(displaced, exact_departure);
         let w = &w;
         let warmup = w.write.write_ns < self.warmup_end_ns;
         // Advance notice: how long before the previous write's last byte left the socket
