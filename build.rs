@@ -3,9 +3,9 @@
 //! that work without the source tree (src/embedded.rs writes them out when the tree is
 //! gone). Generates `$OUT_DIR/embedded_files.rs`: two lists of (relative path, bytes).
 //!
-//! Also compiles the BPF programs in `bpf/` with clang into `$OUT_DIR/NAME.bpf.o`, which
-//! src/bpf embeds and loads; without clang the build stops with one line saying what to
-//! install.
+//! With the `bpf` feature (the default), also compiles the BPF programs in `bpf/` with clang
+//! into `$OUT_DIR/NAME.bpf.o`, which src/bpf embeds and loads; without clang the build stops
+//! with one line saying what to install, or how to build without them.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -39,8 +39,10 @@ fn list(name: &str, root: &Path, paths: &[PathBuf]) -> String {
 }
 
 /// The BPF programs, each `bpf/NAME.bpf.c` built into `$OUT_DIR/NAME.bpf.o`.
+#[cfg(feature = "bpf")]
 const BPF_PROGRAMS: &[&str] = &["replenish", "trace"];
 
+#[cfg(feature = "bpf")]
 fn build_bpf(manifest: &Path, out: &Path) {
     let clang = std::env::var_os("CLANG").unwrap_or_else(|| "clang".into());
     let found = std::process::Command::new(&clang)
@@ -49,7 +51,7 @@ fn build_bpf(manifest: &Path, out: &Path) {
         .is_ok_and(|o| o.status.success());
     if !found {
         eprintln!(
-            "build.rs: the BPF programs in bpf/ need clang ({}): apt install clang libelf-dev zlib1g-dev pkg-config (or run scripts/setup)",
+            "build.rs: the BPF programs in bpf/ need clang ({}): apt install clang libelf-dev zlib1g-dev pkg-config (or run scripts/setup), or build without them: cargo build --release --no-default-features",
             clang.to_string_lossy()
         );
         std::process::exit(1);
@@ -91,5 +93,6 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
     let text = list("PRESETS", &presets_root, &presets) + &list("KERNEL", &kernel_root, &kernel);
     std::fs::write(out.join("embedded_files.rs"), text).expect("OUT_DIR is writable");
+    #[cfg(feature = "bpf")]
     build_bpf(&manifest, &out);
 }

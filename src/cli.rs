@@ -29,6 +29,14 @@ impl Failure {
     }
 }
 
+/// What a build without the `bpf` feature says when `flag` asks for a BPF program.
+#[cfg(not(feature = "bpf"))]
+pub fn built_without_bpf(flag: &str) -> String {
+    format!(
+        "{flag} needs sbm's BPF programs, and this sbm was built without them (no `bpf` feature): install clang, libelf-dev, zlib1g-dev and pkg-config, then build with the default features (cargo install --path . or cargo build --release)"
+    )
+}
+
 /// The whole of a binary's `main`: parse `args` as `T`, run, and print a failure as one
 /// line on stderr prefixed with the program's name; returns the exit status.
 pub fn main_with<T, I, A>(args: I, run: impl FnOnce(T) -> Result<i32, Failure>) -> i32

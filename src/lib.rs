@@ -1,5 +1,21 @@
 //! sbm — source buffer management measurement.
 //!
+//! Layers, lowest first; a module imports its own layer (without a cycle) and the layers
+//! below, never above (tests/layers.rs checks both from the source, and that no two sibling
+//! modules anywhere import each other):
+//! 1. helpers that know nothing of TCP: `ne`, `units`, `clock`, `addr`, `signals`, `cli`,
+//!    `stats`, `sysinfo`, `embedded`, `wire`, `tcpinfo`;
+//! 2. the system calls (the only unsafe code) and socket options: `sys`, `sockopt`;
+//! 3. the measurement: `tstamp`, `replenish`, `report` (the records, read and written);
+//! 4. the BPF programs, behind the `bpf` feature: `bpf`;
+//! 5. the programs: `send`, `sink`, `trace`, `delay`, `testbed`, `remote`;
+//! 6. the matrix, which runs the programs: `matrix`.
+//!
+//! A lower layer that needs something a higher one provides takes it as an interface: the
+//! readiness gate reads the BPF program through `replenish::SocketRule`, sbm-send's loop its
+//! exact departures through `tstamp::departures::DepartureSource`; `send::programs` starts
+//! them and passes them in.
+//!
 //! Module map, in reading order:
 //! - [`units`]: sizes, durations and rates as typed on the command line and printed.
 //! - [`tcpinfo`]: `struct tcp_info` parsed by offset.
@@ -33,23 +49,27 @@
 //! - [`testbed`]: sbm-testbed, the emulated WAN path and real-host shaping.
 //! - [`remote`]: other machines over OpenSSH (one master connection per host) and sbm's
 //!   binaries put there.
-//! - [`matrix`]: sbm-matrix — `matrix::spec` the matrix file and its cells (the model),
-//!   `matrix::run` running them (typed `MatrixError`), `matrix::report` summary.csv,
-//!   table.md and plots as functions of the cells' stored results, `matrix::svg` the plots,
-//!   `matrix::schedule` bottleneck changes during a cell, `matrix::hosts` the cells on real
-//!   hosts over ssh (pairs, shaping held per cell, outputs brought back), `matrix::recovery` the content
-//!   age's return to its floor after them, `matrix::command` the command cells (an
-//!   unmodified server under sbm-trace and its client).
+//! - [`matrix`]: sbm-matrix, split by job. The model: `matrix::spec` the matrix file and its
+//!   cells (with `spec::rates` the rate schedules and `spec::pair` real host pairs),
+//!   `matrix::record` what a run keeps per cell (cell.json, summary.csv's row). The runners:
+//!   `matrix::run` the emulated path and guests (typed `MatrixError`), `matrix::command` the
+//!   command cells (an unmodified server under sbm-trace and its client), `matrix::hosts`
+//!   real hosts over ssh, `matrix::schedule` bottleneck changes during a cell; below them
+//!   `matrix::argv` the programs' command lines, `matrix::process` children and namespaces,
+//!   `matrix::store` meta.json, cell.json and a cell's compressed files. The report:
+//!   `matrix::report`, `matrix::aggregate`, `matrix::html`, `matrix::svg`,
+//!   `matrix::recovery`, `matrix::compare` and `matrix::format` as functions of the stored
+//!   records, and `matrix::export` the one step that writes the run's files.
 //! - [`embedded`]: the presets and kernel inputs built into the binaries (build.rs), for
-//!   installs without the source tree; [`docs`]: man pages and shell completions.
+//!   installs without the source tree. (Man pages and completions: `cargo xtask`, xtask/.)
 //! - [`addr`], [`cli`], [`clock`] (also BPF's monotonic clock to realtime), [`ne`], [`signals`], [`sysinfo`]: small helpers.
 
 pub mod addr;
+#[cfg(feature = "bpf")]
 pub mod bpf;
 pub mod cli;
 pub mod clock;
 pub mod delay;
-pub mod docs;
 pub mod embedded;
 pub mod matrix;
 pub mod ne;
@@ -65,6 +85,7 @@ pub mod sys;
 pub mod sysinfo;
 pub mod tcpinfo;
 pub mod testbed;
+#[cfg(feature = "bpf")]
 pub mod trace;
 pub mod tstamp;
 pub mod units;

@@ -4,6 +4,8 @@
 //! them), and nothing may stay attached: bpftool's program and link lists and the cgroup
 //! hierarchy are compared before and after, on a normal end and on Ctrl-C. One at a time.
 
+#![cfg(feature = "bpf")]
+
 mod common;
 
 use std::path::PathBuf;
@@ -429,6 +431,12 @@ fn check_departures(
             let sched = sched.unwrap();
             if depart.abs_diff(sched) <= 50_000 {
                 close += 1;
+            } else {
+                eprintln!(
+                    "{what}: write ending at {end} (written {} ns before its departure): TX_SCHED − departure = {} ns",
+                    depart.saturating_sub(num(r, "write_ns").unwrap_or(0)),
+                    sched as i64 - depart as i64
+                );
             }
             gaps.push(sched as i64 - depart as i64);
             if depart > sched + 50_000 {

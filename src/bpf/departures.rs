@@ -14,8 +14,9 @@ use super::cgroup::FreshCgroup;
 use super::trace::{EventKind, TraceSettings, Tracer};
 use super::{require_root, BpfError};
 use crate::clock::MonoToReal;
-use crate::report::schema::ExactDepartureReport;
-use crate::tstamp::departures::{unwrap_near, Departed, DepartureLedger};
+use crate::tstamp::departures::{
+    unwrap_near, Departed, DepartureLedger, DepartureSource, ExactDepartureReport,
+};
 
 pub struct ExactDepartures {
     // Drop order: detach the program, then leave and remove our cgroup (if it is ours).
@@ -65,19 +66,18 @@ impl ExactDepartures {
             displaced: Default::default(),
         })
     }
+}
 
-    /// The first `n` bytes of the stream are not the measured writes'.
-    pub fn skip_bytes(&mut self, n: u64) {
+impl DepartureSource for ExactDepartures {
+    fn skip_bytes(&mut self, n: u64) {
         self.skip = n;
     }
 
-    /// A measured write of `seq` ending at measured-stream offset `end`, at `write_ns`.
-    pub fn on_write(&mut self, seq: u64, end: u64, write_ns: u64) {
+    fn on_write(&mut self, seq: u64, end: u64, write_ns: u64) {
         let _ = self.ledger.on_write(seq, end, write_ns);
     }
 
-    /// Takes what the program has queued (without waiting).
-    pub fn collect(&mut self) -> Result<(), BpfError> {
+    fn collect(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         for ev in self.tracer.poll(Duration::ZERO)? {
             match ev.kind {
                 EventKind::Established if self.base.is_none() => self.base = Some(ev.seq),
@@ -102,19 +102,15 @@ impl ExactDepartures {
         Ok(())
     }
 
-    /// The exact departure of write `seq`'s last byte, once.
-    pub fn take(&mut self, seq: u64) -> Option<u64> {
+    fn take(&mut self, seq: u64) -> Option<u64> {
         self.ledger.take(seq)
     }
 
-    /// Whether the write ending at `end` had its TX reports carried by a later segment than
-    /// its last byte's (asked once per write, when its row becomes final).
-    pub fn take_displaced(&mut self, end: u64) -> bool {
+    fn take_displaced(&mut self, end: u64) -> bool {
         self.displaced.remove(&end)
     }
 
-    /// What the estimator saw (summary.json `exact_departures`).
-    pub fn report(&self) -> ExactDepartureReport {
+    fn report(&self) -> ExactDepartureReport {
         let (lost, malformed) = self.tracer.lost();
         ExactDepartureReport {
             departures: self.ledger.departures,

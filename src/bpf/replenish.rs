@@ -1,7 +1,8 @@
 //! TCP_REPLENISH_TIME on a stock kernel: bpf/replenish.bpf.c keeps every socket's
 //! TCP_NOTSENT_LOWAT at a multiple of its drain rate × T. Started once per process
 //! ([`BpfReplenish::start`]), which then lives in a fresh cgroup with the program attached;
-//! the program's per-socket view is read back by fd ([`socket_state`]).
+//! the program's per-socket view is read back by fd through [`BpfReplenish::rule`], the
+//! handle sbm-send's readiness gate owns.
 //!
 //! The arithmetic: Linux makes a socket writable (poll, epoll, wakeups) while
 //! notsent < lowat / 2 and lets sendmsg() queue until notsent ≥ lowat. With threshold
@@ -15,14 +16,14 @@
 //! Unlike the draft's option, a lowat also gates sendmsg: a large write returns short.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object};
 
 use super::cgroup::FreshCgroup;
 use super::{find_map, load_and_attach, require_root, BpfError};
-use crate::report::schema::BpfSocketState;
+use crate::replenish::{BpfSocketState, SocketRule};
 
 /// The compiled program (build.rs).
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/replenish.bpf.o"));
@@ -110,49 +111,15 @@ fn parse_state(b: &[u8]) -> Option<BpfSocketState> {
     })
 }
 
-/// The state map of the program this process runs, while it runs.
-static ACTIVE: Mutex<Option<Arc<MapHandle>>> = Mutex::new(None);
+/// The program's per-socket state map, read by fd: the handle the readiness gate owns.
+struct StateMap(MapHandle);
 
-/// Whether this process runs the program.
-pub fn is_running() -> bool {
-    ACTIVE.lock().unwrap_or_else(|e| e.into_inner()).is_some()
-}
-
-/// The program's last word on `fd` as the readiness rule's decision (sbm-send's interval
-/// lines and intervals.csv): the threshold it keeps, the rate it used (before the first
-/// sample the cwnd/srtt estimate, recovered from threshold = rate × `time`) and its source.
-/// None when the program holds nothing for the socket.
-pub fn decision(
-    fd: std::os::fd::BorrowedFd<'_>,
-    time: std::time::Duration,
-) -> Option<crate::replenish::Decision> {
-    use crate::replenish::rule::{RateSource, Reason};
-    let st = socket_state(fd)?;
-    Some(crate::replenish::Decision {
-        writable: true,
-        reason: Reason::BelowThreshold,
-        threshold: Some(st.threshold_bytes),
-        rate: (st.rate_source != "none").then_some(if st.rate_bytes_per_s > 0 {
-            st.rate_bytes_per_s as f64
-        } else {
-            st.threshold_bytes as f64 * 1e6 / time.as_micros().max(1) as f64
-        }),
-        source: match st.rate_source.as_ref() {
-            "sample" => RateSource::Sample,
-            "app-limited-sample" => RateSource::AppLimitedSample,
-            "cwnd-srtt" => RateSource::CwndSrtt,
-            _ => RateSource::None,
-        },
-    })
-}
-
-/// The program's view of the socket `fd` (None: no program running, or the socket is not
-/// one it looks after).
-pub fn socket_state(fd: BorrowedFd<'_>) -> Option<BpfSocketState> {
-    let map = ACTIVE.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
-    let key = fd.as_raw_fd().to_ne_bytes();
-    let bytes = map.lookup(&key, MapFlags::ANY).ok()??;
-    parse_state(&bytes)
+impl SocketRule for StateMap {
+    fn state(&self, fd: BorrowedFd<'_>) -> Option<BpfSocketState> {
+        let key = fd.as_raw_fd().to_ne_bytes();
+        let bytes = self.0.lookup(&key, MapFlags::ANY).ok()??;
+        parse_state(&bytes)
+    }
 }
 
 /// The program loaded and attached to one cgroup: it looks after the TCP sockets that the
@@ -196,7 +163,7 @@ impl BpfReplenishLink {
 /// cgroup and removes the new one.
 pub struct BpfReplenish {
     // Drop order is declaration order: detach, then leave and remove the cgroup.
-    _attached: BpfReplenishLink,
+    attached: BpfReplenishLink,
     cgroup: FreshCgroup,
 }
 
@@ -210,15 +177,17 @@ impl BpfReplenish {
         // Attached first, joined second: every socket this process creates from here on
         // is looked after.
         cgroup.join_self()?;
-        let state = MapHandle::try_from(&attached.state).map_err(|e| BpfError::Map {
+        Ok(BpfReplenish { attached, cgroup })
+    }
+
+    /// The program's view of each socket, for the readiness gate (every flow of the process
+    /// may hold one).
+    pub fn rule(&self) -> Result<Arc<dyn SocketRule>, BpfError> {
+        let state = MapHandle::try_from(&self.attached.state).map_err(|e| BpfError::Map {
             map: STATE_MAP,
             reason: e.to_string(),
         })?;
-        *ACTIVE.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(state));
-        Ok(BpfReplenish {
-            _attached: attached,
-            cgroup,
-        })
+        Ok(Arc::new(StateMap(state)))
     }
 
     /// The cgroup the program is attached to.
@@ -230,12 +199,6 @@ impl BpfReplenish {
     pub fn cgroup_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.cgroup.as_fd()
-    }
-}
-
-impl Drop for BpfReplenish {
-    fn drop(&mut self) {
-        *ACTIVE.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 

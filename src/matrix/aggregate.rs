@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::report::{fmt_delay, fmt_rate, Headline, Status, SummaryRow};
+use super::format::{fmt_delay, fmt_rate, rate_header};
+use super::record::{Headline, Status, SummaryRow};
 use super::spec::{MatrixSpec, ReportValues};
 
 /// n values summarised by their median and range.
@@ -283,7 +284,7 @@ pub fn trapped_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
         lines.push(format!(
             "| {} | {} | {share} | {wpr} |",
             g.row,
-            super::report::rate_header(&g.rate)
+            rate_header(&g.rate)
         ));
     }
     format!(
@@ -315,7 +316,7 @@ pub fn content_age_md(groups: &[Group<'_>]) -> String {
         lines.push(format!(
             "| {} | {} | {} | {} | {} | {} | {} |",
             g.row,
-            super::report::rate_header(&g.rate),
+            rate_header(&g.rate),
             runs[0].content_source.as_deref().unwrap_or(""),
             show(spread(|r| r.content_age_p50_us), &delay),
             show(spread(|r| r.content_age_p95_us), &delay),
@@ -439,7 +440,7 @@ pub fn against_report_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
         lines.push(format!(
             "| {} | {} | {} | {} | {} |",
             g.row,
-            super::report::rate_header(&g.rate),
+            rate_header(&g.rate),
             report.replace('|', "/"),
             g.count(),
             verdict

@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use super::report::{CellStatus, Status};
-use super::run::{
+use super::process::{
     bin_dir, in_netns, last_error_line, now_unix_s, spawn_logged, stop_child, testbed_status,
-    wait_child, Meta, NsSysctls, Waited,
+    wait_child, NsSysctls, Waited,
 };
+use super::record::{CellStatus, Status};
 use super::spec::{Cell, MatrixSpec};
+use super::store::Meta;
 use crate::signals::StopSignals;
 use crate::testbed::wan;
 
@@ -63,6 +64,29 @@ impl Placeholders {
             .replace("{seconds}", &self.seconds.to_string())
             .replace("{bytes}", &self.bytes.to_string())
     }
+}
+
+/// The cell's sbm-trace command line through sbm-trace's own parser: one line on a typo.
+#[cfg(feature = "bpf")]
+pub(super) fn check_trace_args(
+    spec: &MatrixSpec,
+    cell: &Cell,
+    server: &[String],
+) -> Result<(), String> {
+    use clap::Parser as _;
+    let argv = trace_command(spec, cell, Path::new("OUT"), server);
+    crate::trace::cli::TraceArgs::try_parse_from(&argv)
+        .map(drop)
+        .map_err(|e| crate::cli::one_line("sbm-trace", &e.render().to_string()))
+}
+
+/// Command cells run their server under sbm-trace, which is BPF: a build without it refuses
+/// them before anything is built.
+#[cfg(not(feature = "bpf"))]
+pub(super) fn check_trace_args(_: &MatrixSpec, _: &Cell, _: &[String]) -> Result<(), String> {
+    Err(crate::cli::built_without_bpf(
+        "workload = \"command\" (sbm-trace)",
+    ))
 }
 
 /// sbm-trace's command line for the cell (`sbm-trace … -- server…`), placeholders in

@@ -12,8 +12,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::aggregate::Spread;
-use super::report::{fmt_delay, fmt_rate, rate_header, summary_row, CellFiles, Headline};
-use super::report::{Status, SummaryRow};
+use super::format::{fmt_delay, fmt_rate, rate_header};
+use super::record::{Headline, Status, SummaryRow};
+use super::report::{summary_row, CellFiles};
 use super::spec::{Cell, MatrixSpec};
 
 /// One run, read back from its directory.

@@ -11,7 +11,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::aggregate::{self, Group};
-use super::report::{self, SummaryRow};
+use super::format::rate_header;
+use super::record::{Status, SummaryRow};
+use super::report;
 use super::spec::{Cell, MatrixSpec};
 
 const CSS: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:80em;padding:0 1em;color:#222}\
@@ -259,10 +261,7 @@ pub fn index_html(
 }
 
 fn facts_html(f: &RunFacts, rows: &[SummaryRow]) -> String {
-    let ok = rows
-        .iter()
-        .filter(|r| r.status == report::Status::Ok)
-        .count();
+    let ok = rows.iter().filter(|r| r.status == Status::Ok).count();
     let mut out = String::from("<dl>\n");
     let mut item = |k: &str, v: String| {
         let _ = writeln!(out, "<dt>{}</dt><dd>{v}</dd>", escape(k));
@@ -299,7 +298,7 @@ fn facts_html(f: &RunFacts, rows: &[SummaryRow]) -> String {
 fn main_table_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
     let mut out = String::from("<table>\n<tr><th>sender configuration</th>");
     for rate in &spec.axes.rate {
-        let _ = write!(out, "<th>{}</th>", escape(&report::rate_header(rate)));
+        let _ = write!(out, "<th>{}</th>", escape(&rate_header(rate)));
     }
     out.push_str("</tr>\n");
     for key in aggregate::row_keys(groups) {
@@ -348,7 +347,7 @@ pub fn cell_html(
         body,
         "<p>{} at {}, {} writes, {}, {}{}, repetition {}: <strong>{}</strong>{}</p>",
         escape(&row.config),
-        escape(&report::rate_header(&row.rate)),
+        escape(&rate_header(&row.rate)),
         escape(&row.write_size),
         escape(&row.cc),
         if row.nodelay { "TCP_NODELAY, " } else { "" },

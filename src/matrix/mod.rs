@@ -1,17 +1,27 @@
 //! sbm-matrix: runs a matrix of sender configurations × path rates on the emulated path and
 //! builds the report's table from the results (`scripts/matrix` wraps it).
 
+// The model: the matrix file and its cells, and the records a run keeps.
+pub mod record;
+pub mod spec;
+// The runners: one cell on the emulated path or in a guest (run), an unmodified server's cell
+// (command), cells on real hosts (hosts); below them the helpers they share.
+pub mod argv;
+pub mod command;
+pub mod hosts;
+pub mod process;
+pub mod run;
+pub mod schedule;
+pub mod store;
+// The report: pure functions of the stored records, then one step that writes the files.
 pub mod aggregate;
 pub mod cell_series;
-pub mod command;
 pub mod compare;
-pub mod hosts;
+pub mod export;
+pub mod format;
 pub mod html;
 pub mod recovery;
 pub mod report;
-pub mod run;
-pub mod schedule;
-pub mod spec;
 pub mod svg;
 
 use std::path::PathBuf;
@@ -23,7 +33,7 @@ use clap::{Parser, Subcommand};
     name = "sbm-matrix",
     version,
     about = "Run a test matrix on the emulated path; build summary.csv, table.md and plots",
-    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n  scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2\n  sbm-matrix generate man /usr/local/share/man/man1   # man pages for every program\n  source <(sbm-matrix generate completions bash)\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
+    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n  scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -70,28 +80,6 @@ pub enum Cmd {
     },
     /// List the presets.
     List,
-    /// Man pages and shell completions for sbm's programs (scripts/setup installs them).
-    Generate {
-        #[command(subcommand)]
-        what: Generate,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Generate {
-    /// Write a man page per program and subcommand (sbm-send.1, sbm-testbed-wan-up.1, …)
-    /// into DIR, e.g. /usr/local/share/man/man1.
-    Man {
-        /// Directory (created if missing).
-        dir: PathBuf,
-    },
-    /// Print every program's completion script for SHELL, or write one file per program
-    /// into DIR (e.g. /usr/local/share/bash-completion/completions).
-    Completions {
-        shell: clap_complete::Shell,
-        /// Directory (created if missing); without it the scripts go to stdout.
-        dir: Option<PathBuf>,
-    },
 }
 
 /// Where presets live: $SBM_MATRICES, else scripts/matrices of the source tree the binary
@@ -163,31 +151,6 @@ fn main_inner(cli: Cli) -> Result<i32, run::MatrixError> {
                 })?;
             }
             crate::say!("{md}");
-            Ok(0)
-        }
-        Cmd::Generate { what } => {
-            let (dir, written) = match what {
-                Generate::Man { dir } => {
-                    let w = crate::docs::write_man_pages(&dir);
-                    (dir, w)
-                }
-                Generate::Completions { shell, dir: None } => {
-                    crate::docs::print_completions(shell, &mut std::io::stdout().lock());
-                    return Ok(0);
-                }
-                Generate::Completions {
-                    shell,
-                    dir: Some(dir),
-                } => {
-                    let w = crate::docs::write_completions(shell, &dir);
-                    (dir, w)
-                }
-            };
-            let written = written.map_err(|source| run::MatrixError::File {
-                path: dir.clone(),
-                source,
-            })?;
-            crate::say!("{} files in {}", written.len(), dir.display());
             Ok(0)
         }
         Cmd::List => {

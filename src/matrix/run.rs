@@ -3,26 +3,25 @@
 //! success, on failure and on Ctrl-C. Finished cells are never touched again; `--resume`
 //! runs only the cells without an `ok` cell.json.
 
-use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
-use serde::Serialize;
+use nix::sys::signal::Signal;
 
-use super::report::{self, CellStatus, Status};
+use super::argv::{emulated_sink, send_args, send_flows};
+use super::process::{
+    bin_dir, fmt_dur, last_error_line, now_unix_s, spawn_logged, stop_child, testbed_status,
+    utc_stamp, wait_child, NsSysctls, Waited,
+};
+use super::record::{CellStatus, Status};
 use super::schedule;
 use super::spec::{Cell, MatrixSpec, SpecError, Workload};
+use super::store::{read_status, store_cell, Meta};
 use crate::signals::StopSignals;
-use crate::sysinfo;
-use crate::testbed::{status, wan};
-
-pub const SINK_PORT: u16 = 5301;
+use crate::testbed::wan;
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -32,34 +31,6 @@ pub struct RunOptions {
     pub resume: bool,
     pub dry_run: bool,
     pub prefix: Option<String>,
-}
-
-pub(super) fn now_unix_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// UTC time as `20261129T193000Z`, for run directory names.
-pub fn utc_stamp() -> String {
-    let s = now_unix_s();
-    let (days, rem) = (s / 86_400, s % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// Why `sbm-matrix run` or `report` stopped, typed up to where main prints it.
@@ -130,29 +101,6 @@ pub fn estimate(spec: &MatrixSpec, cell: &Cell) -> Duration {
         + Duration::from_secs(3)
 }
 
-pub(super) fn fmt_dur(d: Duration) -> String {
-    let s = d.as_secs();
-    format!("{}:{:02}", s / 60, s % 60)
-}
-
-pub(super) fn bin_dir() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-fn git_commit() -> String {
-    Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .stderr(Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 /// The emulated path for the whole run; torn down when dropped.
 struct PathGuard {
     prefix: String,
@@ -166,165 +114,9 @@ impl Drop for PathGuard {
     }
 }
 
-pub(super) enum Waited {
-    Exited(ExitStatus),
-    TimedOut,
-    Interrupted,
-}
-
-/// Waits for `child`, a timeout, or SIGINT/SIGTERM, whichever comes first.
-pub(super) fn wait_child(child: &mut Child, timeout: Duration, signals: &StopSignals) -> Waited {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(st)) = child.try_wait() {
-            return Waited::Exited(st);
-        }
-        if Instant::now() >= deadline {
-            return Waited::TimedOut;
-        }
-        let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
-        if poll(&mut fds, 100u16).is_ok_and(|n| n > 0) && signals.take().is_some() {
-            return Waited::Interrupted;
-        }
-    }
-}
-
-pub(super) fn stop_child(child: &mut Child, sig: Signal, grace: Duration) -> Option<ExitStatus> {
-    let _ = kill(Pid::from_raw(child.id() as i32), sig);
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if let Ok(Some(st)) = child.try_wait() {
-            return Some(st);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    child.wait().ok()
-}
-
-/// meta.json of a cell.
-#[derive(Serialize)]
-pub(super) struct Meta {
-    sbm_version: &'static str,
-    git_commit: String,
-    /// The machine sbm-matrix ran on (on real hosts, `hosts` describes both ends).
-    kernel_release: String,
-    sysctls: std::collections::BTreeMap<String, String>,
-    cell: String,
-    rate: String,
-    config: String,
-    label: String,
-    write_size: String,
-    nodelay: bool,
-    cc: String,
-    sender_kernel: String,
-    cpu_quota: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cpu_slices: Option<u32>,
-    guest_sysctls: Vec<(String, String)>,
-    /// sysctls set in the sender's namespace for the cell, with the values they replaced.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(super) ns_sysctls: Vec<AppliedSysctl>,
-    /// `command` cells: sink_command is the client's, send_command sbm-trace's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    workload: Option<&'static str>,
-    repetition: u32,
-    sink_command: Vec<String>,
-    send_command: Vec<String>,
-    pub(super) testbed_before: serde_json::Value,
-    pub(super) testbed_after: serde_json::Value,
-    /// With a rate schedule: when the sender connected (the schedule's origin) and each
-    /// change as it took effect.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    schedule_origin_unix_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    rate_changes: Vec<schedule::RateChange>,
-    /// On real hosts: the pair, both ends before and after, clocks, the path's RTT.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) hosts: Option<serde_json::Value>,
-}
-
-impl Meta {
-    /// A cell's meta.json with what every path records.
-    pub(super) fn new(cell: &Cell, sink_command: Vec<String>, send_command: Vec<String>) -> Meta {
-        Meta {
-            sbm_version: env!("CARGO_PKG_VERSION"),
-            git_commit: git_commit(),
-            kernel_release: sysinfo::kernel_release(),
-            sysctls: sysinfo::relevant_sysctls(),
-            cell: cell.name.clone(),
-            rate: cell.rate.clone(),
-            config: cell.config.clone(),
-            label: cell.label.clone(),
-            write_size: cell.write_size.clone(),
-            nodelay: cell.nodelay,
-            cc: cell.cc.clone(),
-            sender_kernel: cell.sender_kernel.clone(),
-            cpu_quota: cell.cpu_quota,
-            cpu_slices: cell.cpu_slices,
-            guest_sysctls: cell.guest_sysctls.clone(),
-            ns_sysctls: vec![],
-            workload: match cell.workload {
-                Workload::Send => None,
-                Workload::Command { .. } => Some("command"),
-            },
-            repetition: cell.repetition,
-            sink_command,
-            send_command,
-            testbed_before: serde_json::Value::Null,
-            testbed_after: serde_json::Value::Null,
-            schedule_origin_unix_ns: None,
-            rate_changes: vec![],
-            hosts: None,
-        }
-    }
-
-    pub(super) fn write(&self, dir: &Path) {
-        let _ = std::fs::write(
-            dir.join("meta.json"),
-            serde_json::to_string_pretty(self).unwrap_or_default() + "\n",
-        );
-    }
-}
-
 /// How long a sender may take to connect before its cell's schedule is abandoned (a UML
 /// guest boots first).
 const CONNECT_PATIENCE: Duration = Duration::from_secs(120);
-
-pub(super) fn testbed_status(prefix: &str) -> serde_json::Value {
-    wan::load_state(prefix)
-        .map(|st| serde_json::to_value(status::collect(&st)).unwrap_or_default())
-        .unwrap_or(serde_json::Value::Null)
-}
-
-/// `argv` run in network namespace `ns` (`ip netns exec NS …`).
-pub(super) fn in_netns(ns: &str, argv: impl IntoIterator<Item = String>) -> Vec<String> {
-    ["ip", "netns", "exec", ns]
-        .into_iter()
-        .map(str::to_string)
-        .chain(argv)
-        .collect()
-}
-
-pub(super) fn spawn_logged(args: &[String], log: &Path) -> Result<Child, String> {
-    let f = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
-    let f2 = f.try_clone().map_err(|e| e.to_string())?;
-    Command::new(&args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .stdout(f)
-        .stderr(f2)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", args[0]))
-}
-
-pub(super) fn last_error_line(log: &Path, program: &str) -> Option<String> {
-    let text = std::fs::read_to_string(log).ok()?;
-    text.lines()
-        .rev()
-        .find(|l| l.starts_with(&format!("{program}:")) || l.contains("error"))
-        .map(str::to_string)
-}
 
 /// Wraps the sbm-send command line so that it runs where the cell says: in the bed's
 /// snd namespace, or inside a UML guest of the patched kernel (`kernel`) attached to it.
@@ -391,51 +183,6 @@ fn sender_command(
     cmd
 }
 
-/// Where the emulated path's sink listens.
-fn emulated_sink() -> String {
-    format!("{}:{SINK_PORT}", wan::RCV_ADDR)
-}
-
-/// sbm-send's arguments for `cell` (without the program), connecting to `sink` and
-/// writing into `out`.
-pub(super) fn send_args(spec: &MatrixSpec, cell: &Cell, out: &str, sink: &str) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "--connect".into(),
-        sink.into(),
-        "-t".into(),
-        format!("{}ms", cell.duration.as_millis()),
-        "--warmup".into(),
-        format!("{}ms", cell.warmup.as_millis()),
-        "-i".into(),
-        spec.interval.clone(),
-        "--out".into(),
-        out.into(),
-        "--label".into(),
-        cell.label.clone(),
-        "-l".into(),
-        cell.write_size.clone(),
-        "--cc".into(),
-        cell.cc.clone(),
-    ];
-    if cell.nodelay {
-        args.push("--nodelay".into());
-    }
-    if let Some(d) = cell.drain_timeout {
-        args.extend(["--drain-timeout".into(), format!("{}ms", d.as_millis())]);
-    }
-    args.extend(cell.args.iter().cloned());
-    args
-}
-
-/// How many connections the cell's sbm-send opens (`-P N`; 1 if its arguments do not parse,
-/// which check_send_args has reported before any cell runs).
-pub(super) fn send_flows(spec: &MatrixSpec, cell: &Cell) -> u16 {
-    use clap::Parser as _;
-    let mut argv = vec!["sbm-send".to_string()];
-    argv.extend(send_args(spec, cell, "OUT", &emulated_sink()));
-    crate::send::cli::SendArgs::try_parse_from(&argv).map_or(1, |a| a.parallel)
-}
-
 /// Every cell's sbm-send command line goes through sbm-send's own parser before anything
 /// is built (a path, a UML kernel): a typo in `args` is one line now, not a failed cell
 /// after minutes of set-up.
@@ -443,11 +190,10 @@ pub fn check_send_args(spec: &MatrixSpec, cells: &[Cell]) -> Result<(), MatrixEr
     use clap::Parser as _;
     for cell in cells {
         if let Workload::Command { server, .. } = &cell.workload {
-            let argv = super::command::trace_command(spec, cell, Path::new("OUT"), server);
-            crate::trace::cli::TraceArgs::try_parse_from(&argv).map_err(|e| {
+            super::command::check_trace_args(spec, cell, server).map_err(|reason| {
                 MatrixError::SenderArgs {
                     cell: cell.name.clone(),
-                    reason: crate::cli::one_line("sbm-trace", &e.render().to_string()),
+                    reason,
                 }
             })?;
             continue;
@@ -464,58 +210,6 @@ pub fn check_send_args(spec: &MatrixSpec, cells: &[Cell]) -> Result<(), MatrixEr
         }
     }
     Ok(())
-}
-
-/// A sysctl of the sender's namespace as a cell set it.
-#[derive(Debug, Clone, Serialize)]
-pub(super) struct AppliedSysctl {
-    name: String,
-    value: String,
-    previous: String,
-}
-
-/// The cell's sysctls in the sender's namespace, put back when dropped (on every way out of
-/// the cell).
-pub(super) struct NsSysctls {
-    ns: String,
-    applied: Vec<AppliedSysctl>,
-}
-
-impl NsSysctls {
-    pub(super) fn apply(prefix: &str, cell: &Cell) -> Result<NsSysctls, String> {
-        let mut guard = NsSysctls {
-            ns: wan::Names::new(prefix).snd,
-            applied: vec![],
-        };
-        for (name, value) in &cell.sysctls {
-            let previous = wan::set_ns_sysctl(&guard.ns, name, value)
-                .map_err(|e| format!("setting {name}={value} in the sender's namespace: {e}"))?;
-            guard.applied.push(AppliedSysctl {
-                name: name.clone(),
-                value: value.clone(),
-                previous,
-            });
-        }
-        Ok(guard)
-    }
-
-    pub(super) fn applied(&self) -> Vec<AppliedSysctl> {
-        self.applied.clone()
-    }
-}
-
-impl Drop for NsSysctls {
-    fn drop(&mut self) {
-        for a in self.applied.iter().rev() {
-            if let Err(e) = wan::set_ns_sysctl(&self.ns, &a.name, &a.previous) {
-                crate::say!(
-                    "sbm-matrix: could not put back {}={}: {e}",
-                    a.name,
-                    a.previous
-                );
-            }
-        }
-    }
 }
 
 /// Sets the bottleneck the cell asks for, if the path's differs.
@@ -723,71 +417,6 @@ fn run_cell(
     (st, interrupted)
 }
 
-/// After a cell: its cell.json, its per-write files compressed, and its one-line result.
-pub(super) fn store_cell(cell: &Cell, dir: &Path, st: &CellStatus) -> String {
-    let _ = std::fs::write(
-        dir.join("cell.json"),
-        serde_json::to_string_pretty(&st).unwrap_or_default() + "\n",
-    );
-    // Between cells, never beside a measurement: the per-write files are stored
-    // compressed (readers open them by the plain name either way).
-    // A cell of several flows (`-P N`) has them per flow, in flow-K/; a command cell per
-    // traced connection, in conn-N/.
-    let flow_dirs = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.is_dir()
-                        && p.file_name().is_some_and(|n| {
-                            let n = n.to_string_lossy();
-                            n.starts_with("flow-") || n.starts_with("conn-")
-                        })
-                })
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    for d in std::iter::once(dir.to_path_buf()).chain(flow_dirs) {
-        for name in crate::report::compressed::PER_WRITE_FILES {
-            if let Err(e) = crate::report::compressed::compress(&d.join(name)) {
-                crate::say!(
-                    "sbm-matrix: {}: left uncompressed: {e}",
-                    d.join(name).display()
-                );
-            }
-        }
-    }
-    let row = report::summary_row(cell, &report::CellFiles::read(dir));
-    // The same estimator as table.md.
-    let headline = report::Headline::of([&row]);
-    let (p50, p95) = (headline.p50(&row), headline.p95(&row));
-    match (p50, p95, row.goodput_bps) {
-        _ if st.status != Status::Ok => {
-            format!(
-                "{}: {}",
-                st.status.name(),
-                st.error.clone().unwrap_or_default()
-            )
-        }
-        (_, _, Some(g)) if row.flows.is_some() => format!(
-            "{} flows @ {} in all{}",
-            row.flows.unwrap_or(0),
-            report::fmt_rate(g),
-            row.jain_index
-                .map_or(String::new(), |j| format!(", Jain's index {j:.3}"))
-        ),
-        (Some(a), Some(b), Some(g)) => {
-            format!(
-                "{} / {} @ {}",
-                report::fmt_delay(a),
-                report::fmt_delay(b),
-                report::fmt_rate(g)
-            )
-        }
-        (_, _, Some(g)) => format!("no sojourn measured @ {}", report::fmt_rate(g)),
-        _ => "no sojourn measured".into(),
-    }
-}
-
 /// The cells on the emulated path: the path up once, the cells one after another, the path
 /// down on every way out. Returns the exit status.
 fn run_emulated(
@@ -895,10 +524,6 @@ fn run_emulated(
         }
     }
     Ok(exit)
-}
-
-fn read_status(dir: &Path) -> Option<CellStatus> {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("cell.json")).ok()?).ok()
 }
 
 /// `sbm-matrix run`. Returns the exit status.
@@ -1014,7 +639,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
     } else {
         run_emulated(&spec, &todo, &run_dir, &signals, opts.prefix.clone(), total)?
     };
-    let table = report::write_all(&run_dir, &spec, &all).map_err(MatrixError::Report)?;
+    let table = super::export::write_all(&run_dir, &spec, &all).map_err(MatrixError::Report)?;
     crate::say!("\n{table}");
     crate::say!(
         "results: {}/ (summary.csv, table.md, plots/, one directory per cell)",
@@ -1034,7 +659,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
 pub fn rebuild_report(dir: &Path) -> Result<String, MatrixError> {
     let (spec, _) = load(&dir.join("matrix.toml"))?;
     let cells = spec.cells().map_err(MatrixError::Cells)?;
-    report::write_all(dir, &spec, &cells).map_err(MatrixError::Report)
+    super::export::write_all(dir, &spec, &cells).map_err(MatrixError::Report)
 }
 
 #[cfg(test)]

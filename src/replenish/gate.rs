@@ -5,6 +5,7 @@
 //! the send loop feeds with observations and whose actions it carries out.
 
 use std::os::fd::BorrowedFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -13,6 +14,7 @@ use super::kernel::{
     detect_optname, kernel_sub_mss_clause, set_kernel_option, HIGHEST_MAINLINE_TCP_OPTION,
     OPTNAME_SYSCTL,
 };
+use super::program::SocketRule;
 use super::rule::{Decision, Observation, RateEstimator, Replenish, ThresholdTest};
 use crate::sockopt::OptionReport;
 
@@ -99,8 +101,8 @@ pub enum Gate {
     /// The userspace emulation decides; EPOLLOUT only wakes it.
     Emulated(EmulatedGate),
     /// The BPF program sets NOTSENT_LOWAT and every EPOLLOUT is an invitation; its view of
-    /// the rule is read back per invitation (`crate::bpf::replenish::socket_state`).
-    Bpf,
+    /// the rule is read back per invitation through its handle.
+    Bpf(Arc<dyn SocketRule>),
 }
 
 /// The emulated rule's live state between decisions: what it last set NOTSENT_LOWAT to,
@@ -232,11 +234,20 @@ impl Gate {
         !matches!(self, Gate::Emulated(_))
     }
 
+    /// The program's view of the socket (`--replenish-impl bpf` only; None otherwise, or
+    /// while it holds nothing for the socket).
+    pub fn program_state(&self, fd: BorrowedFd<'_>) -> Option<super::BpfSocketState> {
+        match self {
+            Gate::Bpf(program) => program.state(fd),
+            Gate::Kernel { .. } | Gate::Emulated(_) => None,
+        }
+    }
+
     /// The emulation's timer, if it runs one.
     pub fn next_check(&self) -> Option<Instant> {
         match self {
             Gate::Emulated(g) => g.next_check(),
-            Gate::Kernel { .. } | Gate::Bpf => None,
+            Gate::Kernel { .. } | Gate::Bpf(_) => None,
         }
     }
 }
@@ -289,12 +300,14 @@ pub fn check_lowat_combination(
     Ok(())
 }
 
-/// Sets the run's readiness rule up on a connected socket.
+/// Sets the run's readiness rule up on a connected socket. `program`: the BPF program that
+/// `--replenish-impl bpf` needs, started by the caller before the socket existed.
 pub fn setup(
     fd: BorrowedFd<'_>,
     replenish: Option<&ReplenishConfig>,
     nodelay: bool,
     notsent_lowat: Option<u32>,
+    program: Option<Arc<dyn SocketRule>>,
 ) -> Result<(Gate, PolicyReport, Option<OptionReport>), GateError> {
     let Some(r) = replenish else {
         let kind = if notsent_lowat.is_some() {
@@ -340,9 +353,7 @@ pub fn setup(
         }
         ReplenishImpl::Bpf => {
             check_lowat_combination(ReplenishImpl::Bpf, notsent_lowat)?;
-            if !crate::bpf::replenish::is_running() {
-                return Err(GateError::BpfNotRunning);
-            }
+            let program = program.ok_or(GateError::BpfNotRunning)?;
             report.implementation = Some(ReplenishImpl::Bpf);
             report.rate_estimator = Some(RateEstimator::Delivery);
             report.note = Some(format!(
@@ -352,7 +363,7 @@ pub fn setup(
                     ThresholdTest::Half => 1,
                 }
             ));
-            return Ok((Gate::Bpf, report, None));
+            return Ok((Gate::Bpf(program), report, None));
         }
         ReplenishImpl::Auto => match optname {
             Some(n) => match set_kernel_option(fd, n, time_us) {

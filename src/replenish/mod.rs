@@ -4,16 +4,18 @@
 //!   rate × T, wake at half of it, the sub-MSS clause, the drain-rate estimators).
 //! - [`gate`]: who decides when sbm-send writes in a run (the kernel's EPOLLOUT, or the
 //!   emulation as a state machine whose actions the send loop carries out, or the kernel
-//!   with a BPF program setting its lowat: `crate::bpf::replenish`), chosen once by
-//!   [`setup`]; the run's [`PolicyReport`].
+//!   with a program setting its lowat), chosen once by [`setup`]; the run's [`PolicyReport`].
+//! - [`program`]: the rule kept per socket by a program outside the loop (the BPF program,
+//!   passed in as a [`SocketRule`] by whoever started it) and its view of a socket.
 //! - [`kernel`]: the patched kernel's option — its number, setting it, and its own view
 //!   of the rule (`struct tcp_replenish_info`).
 //!
-//! Below `send` and `report`, which both use it; it uses only `sys`, `sockopt`,
-//! `tcpinfo`, `sysinfo` and (to know the BPF program runs) `bpf`.
+//! Below `send`, `report` and `bpf`, which use it; it uses only `sys`, `sockopt`, `ne` and
+//! `sysinfo`.
 
 pub mod gate;
 pub mod kernel;
+pub mod program;
 pub mod rule;
 
 pub use gate::{
@@ -21,4 +23,5 @@ pub use gate::{
     ReplenishConfig, ReplenishImpl,
 };
 pub use kernel::{kernel_replenish_info, optname_from_env, KernelReplenishInfo};
+pub use program::{BpfSocketState, SocketRule};
 pub use rule::{Decision, Observation, RateEstimator, Replenish, ThresholdTest};

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::replenish::PolicyReport;
+use crate::replenish::{BpfSocketState, PolicyReport};
 use crate::sockopt::{OptionReport, TimestampingMode};
 use crate::stats::Percentiles;
+use crate::tstamp::departures::ExactDepartureReport;
 use crate::tstamp::sampler::Departure;
 use crate::tstamp::TimedWrite;
 
@@ -552,44 +553,6 @@ pub struct SinkReply {
     /// Whether the sink asked for an immediate ACK after each read (sbm-sink --ack); None
     /// from sinks that did not say.
     pub quickack: Option<bool>,
-}
-
-/// The BPF replenish program's view of one socket (`--replenish-impl bpf`): its drain-rate
-/// estimate, the threshold and lowat it last computed, and its counters.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(default)]
-pub struct BpfSocketState {
-    /// The drain-rate estimate, bytes/s (0: no sample yet).
-    pub rate_bytes_per_s: u64,
-    /// rate × T, bytes.
-    pub threshold_bytes: u64,
-    /// TCP_NOTSENT_LOWAT as the program last set it.
-    pub lowat_bytes: u32,
-    /// sample | app-limited-sample | cwnd-srtt | none
-    pub rate_source: Cow<'static, str>,
-    /// Lowat computations (one per RTT callback, and one when the connection was set up).
-    pub updates: u64,
-    /// Delivery-rate samples seen.
-    pub samples: u64,
-    /// Application-limited samples not used (below the estimate).
-    pub app_limited_skipped: u64,
-    /// Samples above twice cwnd × MSS / min_rtt, dropped.
-    pub spikes_dropped: u64,
-    /// bpf_setsockopt(TCP_NOTSENT_LOWAT) failures, and the last one's error.
-    pub setsockopt_errors: u64,
-    pub last_error: i32,
-}
-
-/// summary.json `exact_departures` (sbm-send --exact-departures).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(default)]
-pub struct ExactDepartureReport {
-    /// Segments that raised the highest sequence sent.
-    pub departures: u64,
-    /// Events the BPF program could not queue (ring buffer full; their writes have no
-    /// exact departure) and records that did not decode.
-    pub events_lost: u64,
-    pub events_malformed: u64,
 }
 
 /// OUT/conn-N/summary.json of sbm-trace: one traced connection.

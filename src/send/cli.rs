@@ -487,7 +487,7 @@ impl SendArgs {
             }),
             None => None,
         };
-        Ok(SendConfig {
+        let cfg = SendConfig {
             replenish,
             peer,
             bind: None,
@@ -532,8 +532,13 @@ impl SendArgs {
             reply_timeout: self.reply_timeout,
             quiet: self.quiet,
             interval_tap: None,
-        })
-        .map(|c| (c, connect))
+        };
+        // A build without BPF says so here, before a matrix builds a path for the cell.
+        #[cfg(not(feature = "bpf"))]
+        if let Some(flag) = cfg.needs_bpf() {
+            return Err(crate::cli::built_without_bpf(flag));
+        }
+        Ok((cfg, connect))
     }
 }
 

@@ -75,6 +75,23 @@ pub struct SendConfig {
     pub interval_tap: Option<IntervalTap>,
 }
 
+impl SendConfig {
+    /// The flag that asks for one of sbm's BPF programs (None: this run needs none).
+    pub fn needs_bpf(&self) -> Option<&'static str> {
+        if self.exact_departures {
+            Some("--exact-departures")
+        } else if self
+            .replenish
+            .as_ref()
+            .is_some_and(|r| r.implementation == crate::replenish::ReplenishImpl::Bpf)
+        {
+            Some("--replenish-impl bpf")
+        } else {
+            None
+        }
+    }
+}
+
 /// Where a flow of `-P N` sends its interval rows: (flow number from 1, row).
 #[derive(Debug, Clone)]
 pub struct IntervalTap {

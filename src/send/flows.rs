@@ -5,11 +5,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::config::{IntervalTap, SendConfig};
-use super::run::{run_with_stop, SendOutcome, SetupError};
+use super::run::{run_with_stop, Attached, SendOutcome, SetupError};
+use crate::replenish::SocketRule;
 use crate::report::human;
 use crate::report::schema::{FlowsSum, FlowsSummary, IntervalRow, SUMMARY_SCHEMA_VERSION};
 use crate::signals::{StopBroadcast, StopSignals};
@@ -75,8 +77,13 @@ impl Lines {
     }
 }
 
-/// Runs `n` flows of `cfg` at once and waits for all of them.
-pub fn run_flows(cfg: &SendConfig, n: usize) -> Result<FlowsOutcome, SetupError> {
+/// Runs `n` flows of `cfg` at once and waits for all of them; `rule`: the BPF replenish
+/// program the process started, read by every flow's gate.
+pub fn run_flows(
+    cfg: &SendConfig,
+    n: usize,
+    rule: Option<Arc<dyn SocketRule>>,
+) -> Result<FlowsOutcome, SetupError> {
     // Blocked here, SIGINT and SIGTERM stay blocked in every flow's thread too (threads
     // inherit the mask): only this signalfd sees them, and the broadcast passes them on.
     let signals = StopSignals::install().map_err(|e| SetupError::Os {
@@ -118,9 +125,16 @@ pub fn run_flows(cfg: &SendConfig, n: usize) -> Result<FlowsOutcome, SetupError>
                 source: e.into(),
             })
             .and_then(|stop| {
+                let rule = rule.clone();
                 std::thread::Builder::new()
                     .name(format!("flow-{flow}"))
-                    .spawn(move || run_with_stop(&c, stop, None))
+                    .spawn(move || {
+                        let attached = Attached {
+                            rule,
+                            departures: None,
+                        };
+                        run_with_stop(&c, stop, attached)
+                    })
                     .map_err(|source| SetupError::Os {
                         what: "starting a flow's thread",
                         source,

@@ -24,6 +24,7 @@ pub fn bin(name: &str) -> PathBuf {
     match name {
         "sbm-send" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-send")),
         "sbm-sink" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-sink")),
+        #[cfg(feature = "bpf")]
         "sbm-trace" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-trace")),
         "sbm-matrix" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-matrix")),
         other => panic!("unknown binary {other}"),

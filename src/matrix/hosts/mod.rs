@@ -6,8 +6,6 @@
 //! pair that fails (unreachable, refused, a dead connection) leaves the pool; its cell is
 //! retried once on another pair.
 
-pub mod pair;
-
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -19,14 +17,16 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::report::{CellStatus, Status};
-use super::run::{self, Meta};
+use super::argv::{send_args, send_flows};
+use super::process::{bin_dir, fmt_dur, last_error_line, now_unix_s, utc_stamp};
+use super::record::{CellStatus, Status};
+use super::spec::pair::{HostShaping, Pair};
 use super::spec::{Cell, MatrixSpec};
+use super::store::{store_cell, Meta};
 use crate::remote::{self, install, Endpoint, Host, Job, RemoteError};
 use crate::signals::StopSignals;
 use crate::testbed::hold;
 use crate::testbed::hostinfo::{HostInfo, RttProbe};
-use pair::{HostShaping, Pair};
 
 /// The build: the sender, the sink, and sbm-testbed (shaping, host facts).
 const BINARIES: &[&str] = &["sbm-send", "sbm-sink", "sbm-testbed"];
@@ -448,7 +448,7 @@ fn run_cell(
     let fail = |mut o: Outcome, why: String| {
         o.st.error = Some(why.clone());
         o.pair_failed = Some(why);
-        o.st.ended_unix_s = run::now_unix_s();
+        o.st.ended_unix_s = now_unix_s();
         o
     };
     let (shaper, ingress) = match shaping {
@@ -477,14 +477,14 @@ fn run_cell(
         "--listen".into(),
         sink_addr.clone(),
         "--conns".into(),
-        run::send_flows(spec, cell).to_string(),
+        send_flows(spec, cell).to_string(),
         "--out".into(),
         rcv_dir.clone(),
         "-q".into(),
     ];
     sink_cmd.extend(cell.sink_args.iter().cloned());
     let mut send_cmd = vec![s.snd.bins.bin("sbm-send")];
-    send_cmd.extend(run::send_args(spec, cell, &snd_dir, &sink_addr));
+    send_cmd.extend(send_args(spec, cell, &snd_dir, &sink_addr));
     let logs = |name: &str| -> Result<(Stdio, Stdio), String> {
         let f = File::create(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
         let g = f.try_clone().map_err(|e| e.to_string())?;
@@ -633,12 +633,12 @@ fn run_cell(
         Status::Ok
     } else {
         o.st.error.get_or_insert_with(|| {
-            run::last_error_line(&dir.join("send.log"), "sbm-send")
+            last_error_line(&dir.join("send.log"), "sbm-send")
                 .unwrap_or_else(|| format!("sbm-send exited with {:?}", o.st.send_exit))
         });
         Status::Failed
     };
-    o.st.ended_unix_s = run::now_unix_s();
+    o.st.ended_unix_s = now_unix_s();
     o
 }
 
@@ -766,7 +766,7 @@ fn finish(
     dir: &Path,
     st: &CellStatus,
 ) {
-    let result = run::store_cell(sh.cells[index], dir, st);
+    let result = store_cell(sh.cells[index], dir, st);
     let _ = tx.send(Report::Done {
         index,
         pair: pair.to_string(),
@@ -798,7 +798,7 @@ pub fn run_cells(
             return 1;
         }
     };
-    let build = match install::Build::local(&run::bin_dir(), BINARIES) {
+    let build = match install::Build::local(&bin_dir(), BINARIES) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("sbm-matrix: sbm's binaries: {e}");
@@ -811,7 +811,7 @@ pub fn run_cells(
         run_dir,
         build: &build,
         shaping,
-        tag: format!("{}-{}", run::utc_stamp(), std::process::id()),
+        tag: format!("{}-{}", utc_stamp(), std::process::id()),
         queue: Mutex::new(
             (0..cells.len())
                 .map(|index| Queued {
@@ -830,7 +830,7 @@ pub fn run_cells(
         pairs.len(),
         if pairs.len() == 1 { "" } else { "s" },
         run_dir.display(),
-        run::fmt_dur(total)
+        fmt_dur(total)
     );
     let mut exit = 0;
     let mut done = 0;
@@ -901,7 +901,7 @@ pub fn run_cells(
             Some((p, why)) => format!("{p}: {why}; no other pair was left to retry it"),
             None => format!("no pair was left to run it: {why_out}"),
         });
-        let result = run::store_cell(cell, &dir, &st);
+        let result = store_cell(cell, &dir, &st);
         crate::say!("  {}: {result}", cell.name);
         exit = 1;
     }

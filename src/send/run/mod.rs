@@ -8,6 +8,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::clock::realtime_ns;
@@ -19,8 +20,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use super::config::{EpollMode, SendConfig};
 use super::output::Outputs;
 use super::trip::{self, Framer, MessageRecord};
-use crate::bpf::departures::ExactDepartures;
-use crate::replenish::{self, Action, Gate, PolicyReport};
+use crate::replenish::{self, Action, Gate, PolicyReport, SocketRule};
 use crate::replenish::{Decision, Observation};
 use crate::report::human;
 use crate::report::schema::{
@@ -32,6 +32,7 @@ use crate::sockopt::{self, OptionReport, TimestampingMode};
 use crate::stats::LatencyHist;
 use crate::sys::{self, ErrqueueRecv, SysError};
 use crate::tcpinfo::TcpInfo;
+use crate::tstamp::departures::DepartureSource;
 use crate::tstamp::ledger::{ProvisionalSojourn, RunEnd};
 use crate::tstamp::sampler::{DepartureSampler, Sample};
 use crate::tstamp::{
@@ -112,8 +113,8 @@ enum LocalFailure {
         what: &'static str,
         source: nix::errno::Errno,
     },
-    #[error(transparent)]
-    Bpf(#[from] crate::bpf::BpfError),
+    #[error("exact departures: {0}")]
+    Departures(#[from] Box<dyn std::error::Error + Send + Sync>),
     #[error("loop ended without a reason")]
     NoReason,
 }
@@ -267,7 +268,7 @@ struct Sender<'a> {
     sampler: DepartureSampler,
     next_sample: Option<Instant>,
     /// The third (`--exact-departures`): per-packet departures by BPF.
-    departures: Option<ExactDepartures>,
+    departures: Option<Box<dyn DepartureSource>>,
     /// --trip-times: message framing, and what is known of each message.
     framer: Option<Framer>,
     messages: Vec<MessageRecord>,
@@ -396,9 +397,9 @@ impl<'a> Sender<'a> {
                 }
                 // The emulation decides on its next step; EPOLLOUT only woke it.
                 Gate::Emulated(ref mut gate) => gate.kernel_woke(),
-                Gate::Bpf => {
+                Gate::Bpf(_) => {
                     // The program's threshold and rate when the kernel invited.
-                    self.last_decision = self.bpf_decision();
+                    self.last_decision = self.program_decision();
                     let threshold = self.last_decision.and_then(|d| d.threshold);
                     self.write_once(threshold, "bpf-lowat")?;
                 }
@@ -408,14 +409,14 @@ impl<'a> Sender<'a> {
     }
 
     /// The BPF program's current view of the rule for this socket, as a decision.
-    fn bpf_decision(&self) -> Option<replenish::Decision> {
+    fn program_decision(&self) -> Option<replenish::Decision> {
         let time = self.cfg.replenish.as_ref().map(|r| r.time)?;
-        crate::bpf::replenish::decision(self.sock.as_fd(), time)
+        Some(self.gate.program_state(self.sock.as_fd())?.decision(time))
     }
 
     fn emit_interval(&mut self, end: Duration) -> Result<(), EndReason> {
-        if matches!(self.gate, Gate::Bpf) {
-            self.last_decision = self.bpf_decision();
+        if matches!(self.gate, Gate::Bpf(_)) {
+            self.last_decision = self.program_decision();
         }
         let info = self.tcp_info().map_err(EndReason::local)?;
         let p = &self.prev_info;
@@ -721,19 +722,24 @@ impl<'a> Sender<'a> {
     }
 }
 
-/// Runs sbm-send with a resolved configuration.
-pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
-    run_with_departures(cfg, None)
+/// What the caller started beside the loop before the socket existed (both act on the
+/// sockets created after them): the BPF replenish program that `--replenish-impl bpf`
+/// reads, and the source of `--exact-departures`.
+#[derive(Default)]
+pub struct Attached {
+    pub rule: Option<Arc<dyn SocketRule>>,
+    pub departures: Option<Box<dyn DepartureSource>>,
 }
 
-/// [`run`] with the third departure estimator (`--exact-departures`), attached before the
-/// socket exists.
-pub fn run_with_departures(
-    cfg: &SendConfig,
-    departures: Option<ExactDepartures>,
-) -> Result<SendOutcome, SetupError> {
+/// Runs sbm-send with a resolved configuration and nothing attached.
+pub fn run(cfg: &SendConfig) -> Result<SendOutcome, SetupError> {
+    run_attached(cfg, Attached::default())
+}
+
+/// [`run`] with what the caller attached.
+pub fn run_attached(cfg: &SendConfig, attached: Attached) -> Result<SendOutcome, SetupError> {
     let signals = StopSignals::install().map_err(os("signalfd"))?;
-    run_with_stop(cfg, StopSource::Signals(signals), departures)
+    run_with_stop(cfg, StopSource::Signals(signals), attached)
 }
 
 /// [`run`] ended early by `signals` (one flow of several: a relay from the thread that
@@ -741,8 +747,12 @@ pub fn run_with_departures(
 pub fn run_with_stop(
     cfg: &SendConfig,
     signals: StopSource,
-    mut departures: Option<ExactDepartures>,
+    attached: Attached,
 ) -> Result<SendOutcome, SetupError> {
+    let Attached {
+        rule,
+        mut departures,
+    } = attached;
     let out = Outputs::create(cfg.out_dir.as_deref(), cfg.write_log)?;
     let (sock, mut options) = connect(cfg)?;
     // Trip times: the hello (boot id) goes first, before TX timestamps are enabled, so
@@ -765,6 +775,7 @@ pub fn run_with_stop(
         cfg.replenish.as_ref(),
         cfg.options.nodelay,
         cfg.options.notsent_lowat,
+        rule,
     )?;
     options.extend(gate_option);
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(os("epoll_create1"))?;
@@ -821,7 +832,7 @@ pub fn run_with_stop(
         (Some(every), Some(dir)) => {
             let info_optname = match &gate {
                 Gate::Kernel { info_optname } => *info_optname,
-                Gate::Emulated(_) | Gate::Bpf => None,
+                Gate::Emulated(_) | Gate::Bpf(_) => None,
             };
             let fd = sock
                 .as_fd()

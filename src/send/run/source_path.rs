@@ -27,7 +27,7 @@ impl Sender<'_> {
             return self.set_out_interest(false);
         }
         match &mut self.gate {
-            Gate::Kernel { .. } | Gate::Bpf => self.set_out_interest(true)?,
+            Gate::Kernel { .. } | Gate::Bpf(_) => self.set_out_interest(true)?,
             // Content has appeared: whatever the emulation waited for while the application
             // was idle, it decides afresh.
             Gate::Emulated(g) if !self.source_was_ready => g.kernel_woke(),

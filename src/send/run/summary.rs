@@ -76,9 +76,7 @@ impl Sender<'_> {
             self.exchange_with_sink()
         };
         let content_age = self.finish_frames(&read_times);
-        let bpf = matches!(self.gate, Gate::Bpf)
-            .then(|| crate::bpf::replenish::socket_state(self.sock.as_fd()))
-            .flatten();
+        let bpf = self.gate.program_state(self.sock.as_fd());
         let counters = self.ledger.counters();
         self.run.reports.sched = counters.accepted[0];
         self.run.reports.snd = counters.accepted[1];

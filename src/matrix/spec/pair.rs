@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
-use super::super::spec::SpecError;
+use super::SpecError;
 use crate::remote::Endpoint;
 
 /// One sender/receiver pair as the matrix file gives it.
@@ -161,7 +161,7 @@ impl HostPairSpec {
             sender,
             receiver,
             address,
-            port: self.port.unwrap_or(crate::matrix::run::SINK_PORT),
+            port: self.port.unwrap_or(super::SINK_PORT),
             shaped_dev,
             receiver_dev: self.receiver_dev.clone(),
             sender_dev: self.sender_dev.clone(),

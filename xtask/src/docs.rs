@@ -1,6 +1,6 @@
 //! Man pages and shell completions for every sbm program, generated from the same clap
 //! definitions that parse their command lines (clap_mangen, clap_complete), so they cannot
-//! drift from `--help`. `sbm-matrix generate` writes them; scripts/setup installs them.
+//! drift from `--help`. `cargo xtask man|completions` writes them; scripts/setup installs them.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -10,12 +10,13 @@ use clap::CommandFactory;
 /// Every program's command-line definition, under its program name.
 pub fn commands() -> Vec<clap::Command> {
     vec![
-        crate::send::cli::SendArgs::command(),
-        crate::sink::cli::SinkArgs::command(),
-        crate::delay::DelayArgs::command(),
-        crate::testbed::Cli::command(),
-        crate::matrix::Cli::command(),
-        crate::trace::cli::TraceArgs::command(),
+        sbm::send::cli::SendArgs::command(),
+        sbm::sink::cli::SinkArgs::command(),
+        sbm::delay::DelayArgs::command(),
+        sbm::testbed::Cli::command(),
+        sbm::matrix::Cli::command(),
+        #[cfg(feature = "bpf")]
+        sbm::trace::cli::TraceArgs::command(),
     ]
 }
 
@@ -55,7 +56,7 @@ pub fn write_completions(shell: clap_complete::Shell, dir: &Path) -> io::Result<
 }
 
 /// Every program's completion script for `shell`, one after the other (for
-/// `source <(sbm-matrix generate completions bash)`).
+/// `source <(cargo xtask completions bash)`).
 pub fn print_completions(shell: clap_complete::Shell, out: &mut dyn io::Write) {
     for mut cmd in commands() {
         let name = cmd.get_name().to_string();
@@ -84,14 +85,15 @@ mod tests {
             "sbm-testbed-wan-up.1",
             "sbm-matrix.1",
             "sbm-matrix-run.1",
-            "sbm-matrix-generate-man.1",
+            "sbm-matrix-report.1",
+            #[cfg(feature = "bpf")]
             "sbm-trace.1",
         ] {
             assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
         }
         let send = std::fs::read_to_string(dir.join("sbm-send.1")).unwrap();
         assert!(send.starts_with(".ie") || send.contains(".TH"), "not roff");
-        for arg in crate::send::cli::SendArgs::command().get_arguments() {
+        for arg in sbm::send::cli::SendArgs::command().get_arguments() {
             if let Some(long) = arg.get_long() {
                 // roff escapes '-' as '\-'.
                 let escaped = format!("\\-\\-{}", long.replace('-', "\\-"));

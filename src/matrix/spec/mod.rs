@@ -1,6 +1,9 @@
 //! A matrix file (TOML, no code) and its expansion into cells. Every key has a default;
 //! scripts/matrices/example.toml documents each of them.
 
+pub mod pair;
+pub mod rates;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -9,6 +12,9 @@ use serde::Deserialize;
 use crate::sysinfo::parse_sysctl;
 use crate::testbed::wan;
 use crate::units;
+
+/// The sink's port on the emulated path (and real hosts' default).
+pub const SINK_PORT: u16 = 5301;
 
 /// The path shared by every cell: emulated on this machine, or real hosts.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -24,7 +30,7 @@ pub struct PathSpec {
     /// auto | netem | nfqueue (emulated only)
     pub delay_impl: String,
     /// kind = "hosts": the sender/receiver pairs; cells are spread over them.
-    pub hosts: Vec<super::hosts::pair::HostPairSpec>,
+    pub hosts: Vec<pair::HostPairSpec>,
 }
 
 impl Default for PathSpec {
@@ -192,7 +198,7 @@ pub struct RateOverride {
     /// it arrives, `queue` the bucket's depth in time at the rate; emulated path only).
     pub bottleneck: Option<String>,
     /// Changes of the bottleneck during each cell, after the sender connected.
-    pub schedule: Vec<super::schedule::RateStep>,
+    pub schedule: Vec<rates::RateStep>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -337,7 +343,7 @@ pub struct Cell {
     /// The bottleneck queue, in time at the rate (`path.queue` or the column's own).
     pub queue: Duration,
     /// Bottleneck changes during the cell.
-    pub schedule: Vec<super::schedule::ScheduledRate>,
+    pub schedule: Vec<rates::ScheduledRate>,
     /// Shaper or policer.
     pub bottleneck: wan::BottleneckKind,
 }
@@ -360,8 +366,8 @@ impl PathSpec {
     }
 
     /// Where a real path's bottleneck goes.
-    pub fn host_shaping(&self) -> Result<super::hosts::pair::HostShaping, SpecError> {
-        super::hosts::pair::HostShaping::parse(&self.shape_at)
+    pub fn host_shaping(&self) -> Result<pair::HostShaping, SpecError> {
+        pair::HostShaping::parse(&self.shape_at)
     }
 
     /// The path's round trip as the report's text and a run's identity name it.
@@ -598,7 +604,7 @@ impl MatrixSpec {
                     .map_err(|e| SpecError::Invalid(format!("rates.{r}.write_size: {e}")))?;
             }
             let duration = dur("duration", o.duration.as_deref().unwrap_or(&self.duration))?;
-            super::schedule::parse(&format!("rates.\"{r}\""), &o.schedule, duration)?;
+            rates::parse(&format!("rates.\"{r}\""), &o.schedule, duration)?;
             parse_bottleneck(o.bottleneck.as_deref())
                 .map_err(|e| SpecError::Invalid(format!("rates.\"{r}\".bottleneck: {e}")))?;
             if self.path.is_hosts() && o.bottleneck.as_deref() == Some("policer") {
@@ -625,7 +631,7 @@ impl MatrixSpec {
 
     /// The checked sender/receiver pairs of a real path, with what such a path cannot do
     /// (guest senders, CPU axes, bottleneck changes mid-cell) refused.
-    pub fn host_pairs(&self) -> Result<Vec<super::hosts::pair::Pair>, SpecError> {
+    pub fn host_pairs(&self) -> Result<Vec<pair::Pair>, SpecError> {
         let shaping = self.path.host_shaping()?;
         if self.path.hosts.is_empty() {
             return Err(SpecError::Invalid(
@@ -841,11 +847,7 @@ impl MatrixSpec {
             args,
             sink_args: spec.sink_args.clone(),
             queue: dur("queue", self.queue_for(k.rate))?,
-            schedule: super::schedule::parse(
-                &format!("rates.\"{}\"", k.rate),
-                &over.schedule,
-                duration,
-            )?,
+            schedule: rates::parse(&format!("rates.\"{}\"", k.rate), &over.schedule, duration)?,
             bottleneck: parse_bottleneck(over.bottleneck.as_deref()).map_err(SpecError::Invalid)?,
         })
     }
