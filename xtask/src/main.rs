@@ -49,7 +49,11 @@ fn main() -> ExitCode {
             (dir, w)
         }
         Task::Completions { shell, dir: None } => {
-            docs::print_completions(shell, &mut std::io::stdout().lock());
+            // Into memory first: clap_complete panics on a closed pipe (`… | head`).
+            let mut text = Vec::new();
+            docs::print_completions(shell, &mut text);
+            use std::io::Write as _;
+            let _ = std::io::stdout().lock().write_all(&text);
             return ExitCode::SUCCESS;
         }
         Task::Completions {
