@@ -396,21 +396,40 @@ fn compare_departures(send_out: &std::path::Path, trace_out: &std::path::Path, w
     );
 }
 
+/// How far apart a departure and a TX report of the same transmission may be. The departure
+/// is taken where TCP hands the segment to IP, TX_SCHED where the qdisc takes it: one call
+/// chain on one CPU, no queue between, but the IP output path (routing, netfilter, the veth)
+/// and whatever interrupts it. Measured on these 2-core VMs (perf, CLOCK_MONOTONIC, the
+/// test's own 2 Mb/s runs): the path takes 9–46 µs (median 22 µs) undisturbed; a local
+/// timer interrupt inside it adds ~18 µs, and in 5 of 6 runs one or two writes of the few
+/// dozen with their own report came out at 51–120 µs — the old 50 µs bound failed 4 of 5
+/// runs on noise. What the check must tell apart is another transmission: a displaced write's
+/// report is one send opportunity later (≥ 9.8 ms at 2 Mb/s, measured), so 1 ms separates
+/// them with room on both sides. The path's own time is still held to its size: the median
+/// gap within [`MEDIAN_PATH_US`], about four times the medians measured (22–29 µs).
+const SAME_TRANSMISSION_NS: u64 = 1_000_000;
+const MEDIAN_PATH_US: i64 = 100;
+/// Reported, not held: how many gaps were within the old 50 µs.
+const CLOSE_US: i64 = 50;
+
 /// An exact per-packet departure (`depart_of` each of sbm-send's rows) against sbm-send's
 /// exact TX_SCHED reports and its snd_nxt sampler's bracket. Writes whose reports were a later
 /// segment's (`displaced`, or sbm-send's own attribution `displaced`) have their TX_SCHED no
 /// earlier than the departure (one send opportunity later: 10–16 ms at 2 Mb/s, microseconds
-/// on loopback); every other exact write is within 50 µs of it (≥ 99 %, one
-/// outlier allowed in a short run), none departs after it, and ≥ 99 % of departures lie inside
-/// the sampler's bracket (± the documented 50 µs).
+/// on loopback); every other exact write's TX_SCHED follows its departure within
+/// [`SAME_TRANSMISSION_NS`] (the median within [`MEDIAN_PATH_US`]), none departs after it, and every
+/// departure lies inside the sampler's bracket: no later than its upper end (± 50 µs of clock
+/// reads) and no more than one transmission's path before its lower end (snd_nxt moves only
+/// after the segment has been through that path, so a sample between the two still sees it
+/// unsent).
 fn check_departures(
     mine: &[Row],
     depart_of: &dyn Fn(&Row) -> Option<u64>,
     displaced: &dyn Fn(&Row) -> bool,
     what: &str,
 ) {
-    let (mut exact, mut close, mut late, mut gaps) = (0, 0, vec![], vec![]);
-    let (mut in_bracket, mut bracketed) = (0, 0);
+    let (mut exact, mut close, mut late, mut far, mut gaps) = (0, 0, vec![], vec![], vec![]);
+    let (mut in_bracket, mut near_bracket, mut outside, mut bracketed) = (0, 0, vec![], 0);
     let (mut moved, mut moved_later, mut moved_not_before) = (0, 0, 0);
     for r in mine {
         let end = num(r, "end_offset").unwrap();
@@ -429,29 +448,39 @@ fn check_departures(
         } else if r["attribution"] == "exact" {
             exact += 1;
             let sched = sched.unwrap();
-            if depart.abs_diff(sched) <= 50_000 {
+            let gap = sched as i64 - depart as i64;
+            gaps.push(gap);
+            if gap.unsigned_abs() <= CLOSE_US as u64 * 1000 {
                 close += 1;
-            } else {
-                eprintln!(
-                    "{what}: write ending at {end} (written {} ns before its departure): TX_SCHED − departure = {} ns",
-                    depart.saturating_sub(num(r, "write_ns").unwrap_or(0)),
-                    sched as i64 - depart as i64
-                );
             }
-            gaps.push(sched as i64 - depart as i64);
             if depart > sched + 50_000 {
                 late.push((end, depart - sched));
+            } else if gap.unsigned_abs() > SAME_TRANSMISSION_NS {
+                far.push((end, gap));
             }
         }
         if let (Some(lo), Some(hi)) = (num(r, "depart_lo_ns"), num(r, "depart_hi_ns")) {
             bracketed += 1;
             if depart + 50_000 >= lo && depart <= hi + 50_000 {
                 in_bracket += 1;
+            } else if depart + SAME_TRANSMISSION_NS >= lo && depart <= hi + 50_000 {
+                near_bracket += 1;
+            } else {
+                outside.push((end, depart as i64 - lo as i64, depart as i64 - hi as i64));
             }
         }
     }
+    gaps.sort_unstable();
+    let median_gap = gaps.get(gaps.len() / 2).copied().unwrap_or_default();
+    let slow: Vec<String> = gaps
+        .iter()
+        .filter(|g| g.unsigned_abs() > CLOSE_US as u64 * 1000)
+        .map(|g| format!("{:.1}", *g as f64 / 1000.0))
+        .collect();
     eprintln!(
-        "{what}: {close}/{exact} departures within 50 us of TX_SCHED ({moved} displaced, {moved_later} of them ≥ 1 ms later), {in_bracket}/{bracketed} inside the sampler's bracket"
+        "{what}: {close}/{exact} departures within {CLOSE_US} us of TX_SCHED (median {:.1} us; slower, us: [{}]), {moved} displaced ({moved_later} of them ≥ 1 ms later), {in_bracket}/{bracketed} inside the sampler's bracket ± 50 us and {near_bracket} within one path before it",
+        median_gap as f64 / 1000.0,
+        slow.join(", ")
     );
     assert!(exact >= 10, "{what}: {exact} exact rows");
     // A displaced write's reports are the next segment's: never before its own byte left,
@@ -465,20 +494,17 @@ fn check_departures(
         late.is_empty(),
         "{what}: departures after TX_SCHED: {late:?}"
     );
-    gaps.sort_unstable();
-    let median_gap = gaps[gaps.len() / 2];
     assert!(
-        (-50_000..=50_000).contains(&median_gap),
+        far.is_empty(),
+        "{what}: TX_SCHED more than {SAME_TRANSMISSION_NS} ns from a departure not marked displaced (end offset, ns): {far:?}"
+    );
+    assert!(
+        median_gap.abs() <= MEDIAN_PATH_US * 1000,
         "{what}: median TX_SCHED − departure {median_gap} ns"
     );
     assert!(
-        close + 1 >= exact && close as f64 >= 0.97 * exact as f64
-            || close as f64 >= 0.99 * exact as f64,
-        "{what}: {close} of {exact} exact TX_SCHED times within 50 us of the departure"
-    );
-    assert!(
-        in_bracket as f64 >= 0.99 * bracketed as f64,
-        "{what}: {in_bracket} of {bracketed} traced departures inside the sampler's bracket ± 50 us"
+        outside.is_empty(),
+        "{what}: departures outside the sampler's bracket (end offset, − lower, − upper, ns): {outside:?}"
     );
 }
 
