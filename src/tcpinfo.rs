@@ -2,7 +2,7 @@
 //!
 //! `libc::tcp_info` lacks the newer fields and the kernel returns fewer bytes on older
 //! releases, so each field is read only when the returned length covers it
-//! (offsets from include/uapi/linux/tcp.h; shared/FACTS.md lists the ones checked here).
+//! (offsets from include/uapi/linux/tcp.h).
 
 use crate::ne::{u32_at, u64_at};
 

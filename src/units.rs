@@ -1,12 +1,38 @@
 //! Parsing and printing of the quantities sbm takes on its command line and prints:
-//! byte sizes (`64KiB`, `165KB`), durations (`15ms`, `40s`) and bit rates (`2Mbit`).
+//! byte sizes (`64KiB`, `165KB`, iperf's `128K`), durations (`15ms`, `40s`, iperf's bare
+//! `3` for seconds) and bit rates (`2Mbit`, iperf's `10M`, the `Mb/s` sbm prints).
 //!
-//! `KB`/`MB`/`GB` are powers of 10, `KiB`/`MiB`/`GiB` powers of 2, as in the SI/IEC
-//! convention (iperf uses powers of 2 for `K`; sbm does not guess and rejects bare `K`).
-//! Zero, negative, overflowing and unknown-unit values are errors with one line of text.
+//! The rules, the same for every flag and matrix file (README "Units"):
+//! - sizes: a bare number is bytes; `K`/`M`/`G` in either case, as iperf, and `KiB`/`MiB`/
+//!   `GiB` in any case are powers of 2; `KB`/`MB`/`GB` (and `kB`) powers of 10, as SI.
+//!   `kb`, `mb`, `gb` are refused: bits or bytes cannot be told apart there.
+//! - durations: `ns`, `us`/`µs`, `ms`, `s`, `m`/`min`, `h`; where iperf takes seconds
+//!   (`-t`, `-i`, the warm-up, the time-outs: [`parse_seconds`]) a bare number is seconds.
+//!   Elsewhere a unit is required: a bare `15` for a replenish time could mean 15 s, 15 ms
+//!   or the draft's 15 µs.
+//! - rates: bits per second, powers of 10 as tc and iperf: a bare number, or `k`/`M`/`G` in
+//!   either case, optionally followed by `bit`, `bps`, `b/s` or `bit/s`. An upper-case `B`
+//!   (bytes) is refused rather than read as bits.
+//!
+//! Values are exact (decimal arithmetic, no float rounding); zero where it means nothing,
+//! negative, overflowing and unknown-unit values are errors with one line of text.
 
 use std::fmt;
 use std::time::Duration;
+
+/// The units table the programs' `--help` ends with (README "Units" says the same), as a
+/// literal so that `concat!` can put it into clap's `after_help`.
+#[macro_export]
+macro_rules! units_help {
+    () => {
+        "Units (iperf's where iperf has them):
+  sizes      bytes; K, M, G (either case) and KiB, MiB, GiB are powers of 2 (128K = 131072),
+             KB, MB, GB powers of 10 (165KB = 165000)
+  rates      bits/s, powers of 10: 10M, 10m, 10Mbit, 10Mb/s, 500k, 1.5G (bytes, 10MB/s, refused)
+  durations  15ms, 40s, 2min; -t, -i, --warmup and the time-outs also take bare seconds (3, 0.5);
+             elsewhere a unit is needed (a bare 15 could be seconds, ms or the draft's µs)"
+    };
+}
 
 /// Why a quantity did not parse. The message is a single line suitable for a CLI error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,8 +118,9 @@ fn scale_exact(
     u64::try_from(product / divisor).map_err(|_| ParseError::new(what, input, "too large"))
 }
 
-/// Parses a byte count. Accepts `B`, `KB`, `MB`, `GB` (10^3 steps), `KiB`, `MiB`, `GiB`
-/// (2^10 steps) and a bare number (bytes). Zero is allowed only when `allow_zero`.
+/// Parses a byte count (the module's rules: a bare number is bytes, `K`/`M`/`G` and
+/// `KiB`/`MiB`/`GiB` powers of 2, `KB`/`MB`/`GB` powers of 10). Zero is allowed only when
+/// `allow_zero`.
 pub fn parse_bytes_with(input: &str, allow_zero: bool) -> Result<u64, ParseError> {
     const WHAT: &str = "byte size";
     let (num, unit) = split_number_unit(input);
@@ -102,16 +129,27 @@ pub fn parse_bytes_with(input: &str, allow_zero: bool) -> Result<u64, ParseError
         "KB" | "kB" => 1_000,
         "MB" => 1_000_000,
         "GB" => 1_000_000_000,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        other => {
+        "kb" | "mb" | "gb" | "Kb" | "Mb" | "Gb" => {
             return Err(ParseError::new(
                 WHAT,
                 input,
-                format!("unknown unit '{other}' (use B, KB, MB, GB, KiB, MiB or GiB)"),
+                format!(
+                    "'{unit}' could be bits or bytes: a size is bytes, KB (1000) or K/KiB (1024)"
+                ),
             ))
         }
+        other => match other.to_ascii_lowercase().as_str() {
+            "k" | "kib" => 1 << 10,
+            "m" | "mib" => 1 << 20,
+            "g" | "gib" => 1 << 30,
+            _ => {
+                return Err(ParseError::new(
+                    WHAT,
+                    input,
+                    format!("unknown unit '{other}' (use B, K, M, G, KiB, MiB, GiB, KB, MB or GB)"),
+                ))
+            }
+        },
     };
     let value = scale_exact(WHAT, input, parse_decimal(WHAT, input, num)?, multiplier)?;
     if value == 0 && !allow_zero {
@@ -125,9 +163,32 @@ pub fn parse_bytes(input: &str) -> Result<u64, ParseError> {
     parse_bytes_with(input, false)
 }
 
-/// Parses a duration with a mandatory unit: `ns`, `us`/`µs`, `ms`, `s`, `m`/`min`, `h`.
-/// Zero is allowed only when `allow_zero`.
+/// What a duration without a unit means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bare {
+    /// It needs a unit.
+    Refused,
+    /// Seconds, as iperf's `-t 3` and `-i 0.5`.
+    Seconds,
+}
+
+/// Parses a duration with a unit: `ns`, `us`/`µs`, `ms`, `s`, `m`/`min`, `h`. Zero is
+/// allowed only when `allow_zero`.
 pub fn parse_duration_with(input: &str, allow_zero: bool) -> Result<Duration, ParseError> {
+    duration(input, allow_zero, Bare::Refused)
+}
+
+/// A duration where iperf takes seconds (`-t`, `-i`, time-outs): a bare number is seconds.
+pub fn parse_seconds(input: &str) -> Result<Duration, ParseError> {
+    duration(input, false, Bare::Seconds)
+}
+
+/// [`parse_seconds`] where zero means "off".
+pub fn parse_seconds_or_zero(input: &str) -> Result<Duration, ParseError> {
+    duration(input, true, Bare::Seconds)
+}
+
+fn duration(input: &str, allow_zero: bool, bare: Bare) -> Result<Duration, ParseError> {
     const WHAT: &str = "duration";
     let (num, unit) = split_number_unit(input);
     let ns_per_unit: u128 = match unit {
@@ -135,6 +196,7 @@ pub fn parse_duration_with(input: &str, allow_zero: bool) -> Result<Duration, Pa
         "us" | "µs" => 1_000,
         "ms" => 1_000_000,
         "s" => 1_000_000_000,
+        "" if bare == Bare::Seconds => 1_000_000_000,
         "m" | "min" => 60_000_000_000,
         "h" => 3_600_000_000_000,
         "" => {
@@ -169,24 +231,45 @@ pub fn parse_duration_or_zero(input: &str) -> Result<Duration, ParseError> {
     parse_duration_with(input, true)
 }
 
-/// Parses a bit rate in bits per second: `bit`, `kbit`, `Mbit`, `Gbit` (also `bps`,
-/// `kbps`, `Mbps`, `Gbps`), powers of 10 as tc and iperf use for rates.
+/// Parses a bit rate in bits per second (the module's rules: powers of 10, `k`/`M`/`G` in
+/// either case with or without `bit`, `bps`, `b/s`, `bit/s`; bytes refused).
 pub fn parse_rate_bps(input: &str) -> Result<u64, ParseError> {
     const WHAT: &str = "bit rate";
     let (num, unit) = split_number_unit(input);
-    let multiplier: u128 = match unit.to_ascii_lowercase().as_str() {
-        "" | "bit" | "bps" => 1,
-        "kbit" | "kbps" => 1_000,
-        "mbit" | "mbps" => 1_000_000,
-        "gbit" | "gbps" => 1_000_000_000,
-        _ => {
-            return Err(ParseError::new(
-                WHAT,
-                input,
-                format!("unknown unit '{unit}' (use bit, kbit, Mbit or Gbit per second)"),
-            ))
+    let (prefix, per_second) = match unit.char_indices().nth(1) {
+        Some(_) if matches!(unit.chars().next(), Some('k' | 'K' | 'm' | 'M' | 'g' | 'G')) => {
+            unit.split_at(1)
         }
+        _ if unit.len() == 1 && matches!(unit, "k" | "K" | "m" | "M" | "g" | "G") => (unit, ""),
+        _ => ("", unit),
     };
+    if per_second.contains('B') {
+        return Err(ParseError::new(
+            WHAT,
+            input,
+            format!(
+                "'{unit}' is bytes: give bits per second (e.g. {num}{prefix}bit, 8× the bytes)"
+            ),
+        ));
+    }
+    let per_second_ok = matches!(
+        per_second.to_ascii_lowercase().as_str(),
+        "" | "bit" | "bps" | "b/s" | "bit/s"
+    );
+    let multiplier: u128 = match prefix {
+        "" => 1,
+        "k" | "K" => 1_000,
+        "m" | "M" => 1_000_000,
+        "g" | "G" => 1_000_000_000,
+        _ => 0,
+    };
+    if !per_second_ok || multiplier == 0 {
+        return Err(ParseError::new(
+            WHAT,
+            input,
+            format!("unknown unit '{unit}' (use bit, kbit, Mbit or Gbit per second, or iperf's k, M, G)"),
+        ));
+    }
     let value = scale_exact(WHAT, input, parse_decimal(WHAT, input, num)?, multiplier)?;
     if value == 0 {
         return Err(ParseError::new(WHAT, input, "must be greater than zero"));
@@ -269,12 +352,21 @@ mod tests {
         assert_eq!(parse_bytes("187").unwrap(), 187);
         assert_eq!(parse_bytes("512B").unwrap(), 512);
         assert_eq!(parse_bytes(" 2 GiB ").unwrap(), 2 << 30);
+        // iperf's habits: K/M/G in either case are powers of 2, IEC units in any case.
+        assert_eq!(parse_bytes("128K").unwrap(), 131_072);
+        assert_eq!(parse_bytes("64k").unwrap(), 65_536);
+        assert_eq!(parse_bytes("64kib").unwrap(), 65_536);
+        assert_eq!(parse_bytes("1M").unwrap(), 1 << 20);
+        assert_eq!(parse_bytes("1g").unwrap(), 1 << 30);
+        // What sbm prints reads back.
+        assert_eq!(parse_bytes(&Bytes(65_536).to_string()).unwrap(), 65_536);
     }
 
     #[test]
     fn bytes_rejects_bad_input() {
         for bad in [
-            "0", "0KiB", "-5", "-5KB", "12XB", "K", "", "1.5", "1.0001KB", "abc", "1e3",
+            "0", "0KiB", "-5", "-5KB", "12XB", "K", "", "1.5", "1.0001KB", "abc", "1e3", "64kb",
+            "1Mb",
         ] {
             assert!(parse_bytes(bad).is_err(), "{bad} should be rejected");
         }
@@ -302,6 +394,14 @@ mod tests {
         assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
         assert_eq!(parse_duration("2min").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration_or_zero("0ms").unwrap(), Duration::ZERO);
+        // iperf's habit where it takes seconds: a bare number is seconds.
+        assert_eq!(parse_seconds("3").unwrap(), Duration::from_secs(3));
+        assert_eq!(parse_seconds("0.5").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_seconds("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_seconds_or_zero("0").unwrap(), Duration::ZERO);
+        for bad in ["0", "0.0000000001", "-1", "3x"] {
+            assert!(parse_seconds(bad).is_err(), "{bad} should be rejected");
+        }
         for bad in [
             "0s",
             "15",
@@ -321,7 +421,37 @@ mod tests {
         assert_eq!(parse_rate_bps("100kbit").unwrap(), 100_000);
         assert_eq!(parse_rate_bps("86mbit").unwrap(), 86_000_000);
         assert_eq!(parse_rate_bps("1.5Gbps").unwrap(), 1_500_000_000);
-        for bad in ["0mbit", "-2Mbit", "2Mbyte", "fast"] {
+        // iperf's habits and the forms sbm prints.
+        for (text, bps) in [
+            ("10M", 10_000_000),
+            ("10m", 10_000_000),
+            ("500k", 500_000),
+            ("500K", 500_000),
+            ("1G", 1_000_000_000),
+            ("10Mb/s", 10_000_000),
+            ("1.92 Mbit/s", 1_920_000),
+            ("100 kb/s", 100_000),
+            ("9600", 9_600),
+            ("9600b/s", 9_600),
+        ] {
+            assert_eq!(parse_rate_bps(text).unwrap(), bps, "{text}");
+        }
+        assert_eq!(
+            parse_rate_bps(&BitRate(1_920_000.0).to_string()).unwrap(),
+            1_920_000
+        );
+        for bad in [
+            "0mbit",
+            "-2Mbit",
+            "2Mbyte",
+            "fast",
+            "10MB/s",
+            "10MBps",
+            "10MB",
+            "10x",
+            "10Mx",
+            "1.0000001k",
+        ] {
             assert!(parse_rate_bps(bad).is_err(), "{bad} should be rejected");
         }
     }

@@ -606,7 +606,7 @@ fn sink_json_prints_the_connections_total_alone() {
     assert_eq!(conns[0]["bytes"], 100 * 65_536);
 }
 
-/// `-P 3`: three flows to one sink, a line per flow and a SUM line per interval, each
+/// `-P 4`: four flows to one sink, a line per flow and a SUM line per interval, each
 /// flow's files in its own directory, and flows.json's sums equal to the flows' own and
 /// to what the sink read.
 #[test]
@@ -622,7 +622,7 @@ fn parallel_flows_print_per_flow_and_sum_lines_and_add_up() {
             "-c",
             &sink.addr,
             "-P",
-            "3",
+            "4",
             "--cc",
             "reno,cubic",
             "-b",
@@ -637,11 +637,11 @@ fn parallel_flows_print_per_flow_and_sum_lines_and_add_up() {
     assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
     let tagged = |tag: &str| res.stdout.lines().filter(|l| l.starts_with(tag)).count();
     // Three full intervals and the last partial one, per flow and summed (plus the totals).
-    for tag in ["[  1] ", "[  2] ", "[  3] ", "[SUM] "] {
+    for tag in ["[  1] ", "[  2] ", "[  3] ", "[  4] ", "[SUM] "] {
         assert!(tagged(tag) >= 4, "{tag}: {}\n{}", tagged(tag), res.stdout);
     }
     let flows = read_json(&out.join("flows.json"));
-    let per_flow: Vec<serde_json::Value> = (1..=3)
+    let per_flow: Vec<serde_json::Value> = (1..=4)
         .map(|k| read_json(&out.join(format!("flow-{k}/summary.json"))))
         .collect();
     let total = |key: &str| -> u64 {
@@ -650,11 +650,12 @@ fn parallel_flows_print_per_flow_and_sum_lines_and_add_up() {
             .map(|f| f["totals"][key].as_u64().unwrap())
             .sum()
     };
-    assert_eq!(flows["sum"]["flows"], 3);
+    assert_eq!(flows["sum"]["flows"], 4);
     assert_eq!(flows["sum"]["bytes_acked"], total("bytes_acked"));
     assert_eq!(flows["sum"]["bytes_written"], total("bytes_written"));
-    assert_eq!(flows["flows"].as_array().unwrap().len(), 3);
-    // The list of congestion controls is dealt to the flows in turn.
+    assert_eq!(flows["flows"].as_array().unwrap().len(), 4);
+    // The list of congestion controls is dealt to the flows in turn (a list that does not
+    // divide the flows is refused: tests/bad_input.rs).
     let cc_of = |f: &serde_json::Value| -> String {
         f["options"]
             .as_array()
@@ -665,14 +666,14 @@ fn parallel_flows_print_per_flow_and_sum_lines_and_add_up() {
             .unwrap_or_default()
     };
     let ccs: Vec<String> = per_flow.iter().map(cc_of).collect();
-    assert_eq!(ccs, ["reno", "cubic", "reno"]);
+    assert_eq!(ccs, ["reno", "cubic", "reno", "cubic"]);
     for f in &per_flow {
         // Each flow was paced at 40 Mb/s on its own.
         let rate = f["totals"]["bytes_written"].as_f64().unwrap() * 8.0
             / f["totals"]["duration_s"].as_f64().unwrap();
         assert!((rate / 40e6 - 1.0).abs() < 0.05, "flow rate {rate}");
     }
-    for _ in 0..3 {
+    for _ in 0..4 {
         sink.proc.wait_line("total from", Duration::from_secs(20));
     }
     let read: u64 = read_csv(&sink_dir.join("sink-intervals.csv"))
@@ -1208,4 +1209,59 @@ fn a_sink_that_never_replies_is_reported_not_waited_on() {
         "{summary}"
     );
     assert!(res.stdout.contains("receiver: no reply"), "{}", res.stdout);
+}
+
+/// iperf's habits, as an iperf3 user types them: bare seconds for `-t` and `-i`, `K` for a
+/// write size, `M` for a socket buffer (powers of 2) and for a rate (bits, powers of 10), the
+/// `Mb/s` sbm prints taken back — and each value is what the run used, exactly.
+#[test]
+fn iperf_habits_mean_what_iperf_means() {
+    let sink = Sink::start("127.0.0.1:0", &["-q", "--idle-timeout", "30"]);
+    let out = tempdir("iperf-habits");
+    let res = run(
+        "sbm-send",
+        &[
+            "-c",
+            &sink.addr,
+            "-t",
+            "1.5",
+            "-i",
+            "0.5",
+            "-l",
+            "128K",
+            "--sndbuf",
+            "1M",
+            "-b",
+            "10Mb/s",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    sink.stop();
+    let s = read_json(&out.join("summary.json"));
+    assert_eq!(s["config"]["write_size"], 131_072, "{}", s["config"]);
+    assert_eq!(s["config"]["time_limit_s"], 1.5, "{}", s["config"]);
+    assert_eq!(s["config"]["interval_s"], 0.5, "{}", s["config"]);
+    let sndbuf = s["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "sndbuf")
+        .unwrap();
+    assert_eq!(sndbuf["requested"], "1048576", "{sndbuf}");
+    let age = &s["content_age"];
+    assert_eq!(age["source"], "paced", "{age}");
+    // 10 Mb/s of 128 KiB chunks is one chunk per 104.9 ms: about 14 in 1.5 s.
+    let generated = age["generated"].as_u64().unwrap();
+    assert!((12..=16).contains(&generated), "{generated} chunks: {age}");
+    // Every interval but a last partial one is half a second long.
+    let intervals = read_csv(&out.join("intervals.csv"));
+    assert!(intervals.len() >= 3, "{} interval rows", intervals.len());
+    for r in &intervals[..intervals.len() - 1] {
+        let span = f(r, "end_s") - f(r, "start_s");
+        assert!((span - 0.5).abs() < 1e-6, "an interval of {span} s");
+    }
 }

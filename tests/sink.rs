@@ -307,3 +307,28 @@ fn garbage_resets_and_half_open_connections_leave_a_healthy_run_exact() {
         "messages out of order"
     );
 }
+
+/// `--once` and `--conns N` count every way a connection ends: one closed by the sink's own
+/// `--idle-timeout` ends the run as one its peer closed does (the exit check was on the
+/// read path only, and a sink whose one connection went idle served on for ever).
+#[test]
+fn once_exits_after_an_idle_timeout_close() {
+    for extra in [&["--once"][..], &["--conns", "2"][..]] {
+        let mut args = vec!["-q", "--idle-timeout", "1s"];
+        args.extend_from_slice(extra);
+        let sink = Sink::start("127.0.0.1:0", &args);
+        // Connections that never send: only the idle timeout can end them.
+        let held: Vec<TcpStream> = (0..if extra[0] == "--once" { 1 } else { 2 })
+            .map(|_| TcpStream::connect(&sink.addr).unwrap())
+            .collect();
+        let started = Instant::now();
+        let done = sink.proc.wait(Duration::from_secs(10));
+        assert_eq!(done.code(), Some(0), "{extra:?}: {}", done.stderr);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{extra:?}: exited after {:?}",
+            started.elapsed()
+        );
+        drop(held);
+    }
+}

@@ -13,7 +13,8 @@ use crate::replenish::{RateEstimator, ThresholdTest};
 use crate::sockopt::SenderOptions;
 use crate::units;
 
-const EXAMPLES: &str = "\
+const EXAMPLES: &str = concat!(
+    "\
 Examples:
   sbm-sink --listen 127.0.0.1:5301 &
   sbm-send --connect 127.0.0.1:5301 -t 10s
@@ -25,9 +26,13 @@ Examples:
   sbm-send -c 127.0.0.1 -t 5s -J -q | jq .sojourn_sampled    # the summary as JSON on stdout
   sbm-send -c 198.18.0.2 -P 4 -t 30s --out /tmp/four            # four flows, SUM lines as iperf
 
-Units: KB/MB/GB are powers of 10, KiB/MiB/GiB powers of 2; durations need a unit (15ms, 40s).
+",
+    crate::units_help!(),
+    "
+
 Exit status: 0 run complete, 1 run failed or ended early by the peer, 2 bad usage,
-128+N ended by signal N (files and summary are written in every case).";
+128+N ended by signal N (files and summary are written in every case)."
+);
 
 /// `--sub-mss-clause`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -69,7 +74,7 @@ pub struct SendArgs {
     pub bind: Option<String>,
 
     /// Stop writing after this long (default 10s unless --bytes or --writes is given).
-    #[arg(short = 't', long, value_parser = units::parse_duration, value_name = "DUR")]
+    #[arg(short = 't', long, value_parser = units::parse_seconds, value_name = "DUR")]
     pub time: Option<Duration>,
 
     /// Stop writing after this many bytes have been accepted.
@@ -85,12 +90,12 @@ pub struct SendArgs {
     pub write_size: u32,
 
     /// Reporting interval.
-    #[arg(short = 'i', long, default_value = "1s", value_parser = units::parse_duration, value_name = "DUR")]
+    #[arg(short = 'i', long, default_value = "1s", value_parser = units::parse_seconds, value_name = "DUR")]
     pub interval: Duration,
 
     /// Exclude writes made in the first DUR from the summary statistics (rows are still
     /// written, marked warmup).
-    #[arg(long, default_value = "0s", value_parser = units::parse_duration_or_zero, value_name = "DUR")]
+    #[arg(long, default_value = "0s", value_parser = units::parse_seconds_or_zero, value_name = "DUR")]
     pub warmup: Duration,
 
     /// Directory for writes.csv, intervals.csv and summary.json (created if missing).
@@ -175,7 +180,7 @@ pub struct SendArgs {
 
     /// After the last write, wait at most DUR for outstanding reports (default: the backlog's
     /// drain time at the measured rate plus two RTTs and a second, capped at 60 s).
-    #[arg(long, value_parser = units::parse_duration_or_zero, value_name = "DUR")]
+    #[arg(long, value_parser = units::parse_seconds_or_zero, value_name = "DUR")]
     pub drain_timeout: Option<Duration>,
 
     /// Sample snd_nxt this often (and at every loop event) for the second departure
@@ -224,11 +229,11 @@ pub struct SendArgs {
     pub trip_times: bool,
 
     /// After the last write, wait at most DUR for the sink's reply (its view of the run).
-    #[arg(long, default_value = "10s", value_parser = units::parse_duration, value_name = "DUR")]
+    #[arg(long, default_value = "10s", value_parser = units::parse_seconds, value_name = "DUR")]
     pub reply_timeout: Duration,
 
     /// Give up connecting after DUR.
-    #[arg(long, default_value = "5s", value_parser = units::parse_duration, value_name = "DUR")]
+    #[arg(long, default_value = "5s", value_parser = units::parse_seconds, value_name = "DUR")]
     pub connect_timeout: Duration,
 
     /// Print no interval lines (the summary is still printed).
@@ -406,6 +411,13 @@ impl SendArgs {
             if cc.contains(',') && self.parallel < 2 {
                 return Err(format!(
                     "--cc '{cc}' names several congestion controls: they are dealt to -P flows, and there is one"
+                ));
+            }
+            let names = cc.split(',').count();
+            if names > 1 && usize::from(self.parallel) % names != 0 {
+                return Err(format!(
+                    "--cc '{cc}' names {names} congestion controls for -P {} flows: they are dealt in turn, so the flows must be a multiple of the names",
+                    self.parallel
                 ));
             }
         }

@@ -7,7 +7,8 @@ use clap::Parser;
 
 use crate::units;
 
-const EXAMPLES: &str = "\
+const EXAMPLES: &str = concat!(
+    "\
 Examples:
   sbm-sink                                  # 0.0.0.0:5301, interval lines every second
   sbm-sink --listen [::]:5301 -i 500ms      # IPv6 (and IPv4-mapped) on all addresses
@@ -17,7 +18,11 @@ Examples:
   sbm-sink --max-conns 64 --idle-timeout 30s -q   # a shared host: bounded and tidy
 
 Prints a line per connection per interval and a total when each connection closes.
-Stop it with Ctrl-C (open connections get their totals first).";
+Stop it with Ctrl-C (open connections get their totals first).
+
+",
+    crate::units_help!()
+);
 
 /// Discard receiver for sbm-send (and any TCP sender): reads and discards, reporting
 /// per-connection goodput per interval.
@@ -38,7 +43,7 @@ pub struct SinkArgs {
     pub bind: Option<String>,
 
     /// Reporting interval.
-    #[arg(short = 'i', long, default_value = "1s", value_parser = units::parse_duration, value_name = "DUR")]
+    #[arg(short = 'i', long, default_value = "1s", value_parser = units::parse_seconds, value_name = "DUR")]
     pub interval: Duration,
 
     /// Exit after the first connection ends.
@@ -86,7 +91,7 @@ pub struct SinkArgs {
 
     /// Close a connection that has sent nothing for DUR (a slow sender is not idle);
     /// 0s = never.
-    #[arg(long, default_value = "120s", value_parser = units::parse_duration_or_zero, value_name = "DUR")]
+    #[arg(long, default_value = "120s", value_parser = units::parse_seconds_or_zero, value_name = "DUR")]
     pub idle_timeout: Duration,
 }
 

@@ -648,15 +648,16 @@ pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
                 token => {
                     if let Some(ending) = sink.read_conn(token) {
                         sink.close_conn(token, ending)?;
-                        if cfg.exit_after.is_some_and(|n| sink.finished_conns >= n) {
-                            let _ = io::stdout().flush();
-                            return Ok(sink.totals);
-                        }
                     }
                 }
             }
         }
         sink.tick()?;
         let _ = io::stdout().flush();
+        // After the tick too: --once and --conns count a connection closed by
+        // --idle-timeout as well as one its peer closed.
+        if cfg.exit_after.is_some_and(|n| sink.finished_conns >= n) {
+            return Ok(sink.totals);
+        }
     }
 }

@@ -9,7 +9,8 @@ use clap::Parser;
 use crate::replenish::ThresholdTest;
 use crate::units;
 
-const EXAMPLES: &str = "\
+const EXAMPLES: &str = concat!(
+    "\
 Examples:
   sbm-trace -o /var/tmp/t1 -- python3 sender.py 198.18.2.1 5301
   sbm-trace --port 443 -o /var/tmp/web -- nginx -g 'daemon off;'
@@ -21,7 +22,11 @@ OUT/conn-N/writes.csv — write time and size, TX_SCHED/SND/ACK times (BPF TX ti
 Linux 6.15+) with sbm-send's attribution rules, and the exact departure of the write's last
 byte from the per-packet sequence numbers — and OUT/conn-N/summary.json; OUT/trace.json holds
 the run. Needs root and a cgroup v2 hierarchy. Everything attached is detached on exit,
-Ctrl-C and errors.";
+Ctrl-C and errors.
+
+",
+    crate::units_help!()
+);
 
 /// Per-write source-buffer delay of unmodified programs: runs a command in a fresh cgroup
 /// (or watches an existing one) and times every send call of its TCP connections with BPF.
@@ -43,7 +48,7 @@ pub struct TraceArgs {
     pub cgroup: Option<PathBuf>,
 
     /// Stop after DUR (a command still running gets SIGTERM).
-    #[arg(short = 't', long, value_parser = units::parse_duration, value_name = "DUR")]
+    #[arg(short = 't', long, value_parser = units::parse_seconds, value_name = "DUR")]
     pub time: Option<Duration>,
 
     /// Only connections with this local or remote port.
@@ -55,12 +60,12 @@ pub struct TraceArgs {
     pub out: Option<PathBuf>,
 
     /// Interval lines every DUR.
-    #[arg(short = 'i', long, default_value = "1s", value_parser = units::parse_duration, value_name = "DUR")]
+    #[arg(short = 'i', long, default_value = "1s", value_parser = units::parse_seconds, value_name = "DUR")]
     pub interval: Duration,
 
     /// Writes in the first DUR of each connection are the warm-up (marked in writes.csv,
     /// left out of the summary's sojourn).
-    #[arg(long, default_value = "0s", value_parser = units::parse_duration_or_zero, value_name = "DUR")]
+    #[arg(long, default_value = "0s", value_parser = units::parse_seconds_or_zero, value_name = "DUR")]
     pub warmup: Duration,
 
     /// Per-packet departures only: no BPF TX timestamping (kernels before 6.15 lack it).
