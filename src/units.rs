@@ -236,13 +236,13 @@ pub fn parse_duration_or_zero(input: &str) -> Result<Duration, ParseError> {
 pub fn parse_rate_bps(input: &str) -> Result<u64, ParseError> {
     const WHAT: &str = "bit rate";
     let (num, unit) = split_number_unit(input);
-    let (prefix, per_second) = match unit.char_indices().nth(1) {
-        Some(_) if matches!(unit.chars().next(), Some('k' | 'K' | 'm' | 'M' | 'g' | 'G')) => {
-            unit.split_at(1)
-        }
-        _ if unit.len() == 1 && matches!(unit, "k" | "K" | "m" | "M" | "g" | "G") => (unit, ""),
-        _ => ("", unit),
+    let (multiplier, per_second): (u128, &str) = match unit.chars().next() {
+        Some('k' | 'K') => (1_000, &unit[1..]),
+        Some('m' | 'M') => (1_000_000, &unit[1..]),
+        Some('g' | 'G') => (1_000_000_000, &unit[1..]),
+        _ => (1, unit),
     };
+    let prefix = &unit[..unit.len() - per_second.len()];
     if per_second.contains('B') {
         return Err(ParseError::new(
             WHAT,
@@ -252,18 +252,10 @@ pub fn parse_rate_bps(input: &str) -> Result<u64, ParseError> {
             ),
         ));
     }
-    let per_second_ok = matches!(
+    if !matches!(
         per_second.to_ascii_lowercase().as_str(),
         "" | "bit" | "bps" | "b/s" | "bit/s"
-    );
-    let multiplier: u128 = match prefix {
-        "" => 1,
-        "k" | "K" => 1_000,
-        "m" | "M" => 1_000_000,
-        "g" | "G" => 1_000_000_000,
-        _ => 0,
-    };
-    if !per_second_ok || multiplier == 0 {
+    ) {
         return Err(ParseError::new(
             WHAT,
             input,

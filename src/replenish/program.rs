@@ -53,12 +53,15 @@ impl BpfSocketState {
     /// the cwnd/srtt estimate, recovered from threshold = rate × `time`) and its source.
     /// The kernel invited, so the decision is "writable".
     pub fn decision(&self, time: Duration) -> Decision {
-        let source = match self.rate_source.as_ref() {
-            "sample" => RateSource::Sample,
-            "app-limited-sample" => RateSource::AppLimitedSample,
-            "cwnd-srtt" => RateSource::CwndSrtt,
-            _ => RateSource::None,
-        };
+        // The program reports these three (RateSource::name spells them).
+        let source = [
+            RateSource::Sample,
+            RateSource::AppLimitedSample,
+            RateSource::CwndSrtt,
+        ]
+        .into_iter()
+        .find(|s| s.name() == self.rate_source)
+        .unwrap_or(RateSource::None);
         let rate = if self.rate_bytes_per_s > 0 {
             self.rate_bytes_per_s as f64
         } else {

@@ -31,8 +31,7 @@ where
             message: e.to_string(),
         })?;
         // Before any socket exists: the programs act on sockets created in their cgroup.
-        let (_programs, attached) =
-            programs::start(&cfg, parallel).map_err(crate::cli::Failure::env)?;
+        let (_programs, attached) = programs::start(&cfg).map_err(crate::cli::Failure::env)?;
         if parallel > 1 {
             return run_parallel(&cfg, parallel, json, attached);
         }

@@ -15,10 +15,10 @@ pub struct Programs {
     _replenish: Option<crate::bpf::replenish::BpfReplenish>,
 }
 
-/// Starts what `cfg` asks for. `flows`: the connections of this run (`-P`); the exact
-/// departures time one connection only (the command line refuses more).
+/// Starts what `cfg` asks for (the exact departures time one connection: the command line
+/// refuses them with `-P`).
 #[cfg(feature = "bpf")]
-pub fn start(cfg: &SendConfig, flows: usize) -> Result<(Programs, Attached), String> {
+pub fn start(cfg: &SendConfig) -> Result<(Programs, Attached), String> {
     use crate::bpf::departures::ExactDepartures;
     use crate::bpf::replenish::{BpfReplenish, Settings, SubMss, Wake};
     use crate::replenish::{ReplenishImpl, ThresholdTest};
@@ -52,17 +52,17 @@ pub fn start(cfg: &SendConfig, flows: usize) -> Result<(Programs, Attached), Str
         Some(r) => Some(r.rule().map_err(|e| e.to_string())?),
         None => None,
     };
-    let departures: Option<Box<dyn crate::tstamp::departures::DepartureSource>> =
-        if cfg.exact_departures && flows == 1 {
-            // On the replenish program's cgroup when there is one: this process has
-            // joined it, and a process is in one cgroup.
-            let d =
-                ExactDepartures::start(cfg.peer.port(), replenish.as_ref().map(|b| b.cgroup_fd()))
-                    .map_err(|e| e.to_string())?;
-            Some(Box::new(d))
-        } else {
-            None
-        };
+    let departures: Option<Box<dyn crate::tstamp::departures::DepartureSource>> = if cfg
+        .exact_departures
+    {
+        // On the replenish program's cgroup when there is one: this process has
+        // joined it, and a process is in one cgroup.
+        let d = ExactDepartures::start(cfg.peer.port(), replenish.as_ref().map(|b| b.cgroup_fd()))
+            .map_err(|e| e.to_string())?;
+        Some(Box::new(d))
+    } else {
+        None
+    };
     Ok((
         Programs {
             _replenish: replenish,
@@ -74,7 +74,7 @@ pub fn start(cfg: &SendConfig, flows: usize) -> Result<(Programs, Attached), Str
 /// Starts what `cfg` asks for: in a build without BPF, nothing, and a configuration that
 /// needs it is refused.
 #[cfg(not(feature = "bpf"))]
-pub fn start(cfg: &SendConfig, _flows: usize) -> Result<(Programs, Attached), String> {
+pub fn start(cfg: &SendConfig) -> Result<(Programs, Attached), String> {
     match cfg.needs_bpf() {
         Some(flag) => Err(crate::cli::built_without_bpf(flag)),
         None => Ok((Programs {}, Attached::default())),
