@@ -332,3 +332,61 @@ fn once_exits_after_an_idle_timeout_close() {
         drop(held);
     }
 }
+
+/// A sender that half-closes and then never reads holds back its own reply, not the sink:
+/// the next connection's reply comes at once. (The reply was a blocking write bounded at
+/// 5 s, and a reply carrying a few hundred thousand read times does not fit the sockets'
+/// buffers; this test then waited those 5 s.)
+#[test]
+fn a_sender_that_never_reads_its_reply_stalls_nobody_else() {
+    use std::io::Read;
+    let _g = serial();
+    let sink = Sink::start("127.0.0.1:0", &["-q"]);
+    let addr: std::net::SocketAddr = sink.addr.parse().unwrap();
+    // The stuck sender: a small receive buffer, 300 000 header-only messages (their read
+    // times make a reply of several MB), a half-close, and no read.
+    let stuck = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    stuck.set_recv_buffer_size(4096).unwrap();
+    stuck.connect(&addr.into()).unwrap();
+    let mut stream = sbm::wire::hello("0b7c5b2e-7d59-4ac3-9f3b-4c0e6a7f1d11", 1);
+    for seq in 1..=300_000u64 {
+        let mut m = [0u8; sbm::wire::HEADER_LEN];
+        sbm::wire::Header::data(seq, 1, sbm::wire::HEADER_LEN as u32).encode(&mut m);
+        stream.extend_from_slice(&m);
+    }
+    let mut stuck = TcpStream::from(stuck);
+    stuck.write_all(&stream).unwrap();
+    stuck.shutdown(std::net::Shutdown::Write).unwrap();
+    // The sink has read it all and started its reply once the first reply bytes arrive.
+    stuck
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stuck.peek(&mut [0u8; 1]).unwrap();
+    // Another sender: its reply (end of stream after it) must come at once.
+    let mut other = TcpStream::connect(addr).unwrap();
+    other.write_all(b"plain bytes").unwrap();
+    other.shutdown(std::net::Shutdown::Write).unwrap();
+    other
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let asked = Instant::now();
+    let mut reply = Vec::new();
+    other.read_to_end(&mut reply).unwrap();
+    let waited = asked.elapsed();
+    let reply: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+    assert_eq!(reply["bytes"], 11, "{reply}");
+    assert!(
+        waited < Duration::from_secs(2),
+        "the second sender's reply took {waited:?}: the sink waited on the one that does not read"
+    );
+    // The stuck sender's reply is given up after its time-out, with a line saying so.
+    let done = sink.stop();
+    drop(stuck);
+    assert_eq!(done.code(), Some(0), "{}", done.stderr);
+    assert!(
+        done.stdout
+            .contains("replies not yet taken by their senders: 1 dropped"),
+        "{}",
+        done.stdout
+    );
+}

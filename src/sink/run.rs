@@ -39,6 +39,8 @@ const READS_PER_EVENT: usize = 16;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(250);
 /// At most one line per this long about refused or deferred connections.
 const LOG_EVERY: Duration = Duration::from_secs(5);
+/// How long a sender that half-closed has to take the sink's reply before the sink drops it.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub struct SinkConfig {
@@ -148,6 +150,34 @@ impl Conn {
     }
 }
 
+/// The reply to a sender that half-closed, written as its socket takes it, within the loop:
+/// a peer that does not read holds its own reply back, not the sink.
+struct PendingReply {
+    conn: u64,
+    peer: SocketAddr,
+    sock: Socket,
+    data: Vec<u8>,
+    sent: usize,
+    give_up_at: Instant,
+}
+
+impl PendingReply {
+    /// Writes what the socket takes. True once the reply is finished: all written (the
+    /// write side then closed), or the peer gone.
+    fn advance(&mut self) -> bool {
+        while self.sent < self.data.len() {
+            match (&self.sock).write(&self.data[self.sent..]) {
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return true,
+            }
+        }
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+        true
+    }
+}
+
 /// A message about something that can repeat thousands of times a second (refused
 /// connections): printed at most once per [`LOG_EVERY`], with the count of those held back.
 #[derive(Default)]
@@ -215,6 +245,8 @@ struct Sink<'a> {
     accepting: Accepting,
     refusals: RateLimitedLog,
     totals: Vec<SinkIntervalRow>,
+    /// Replies not yet taken by their senders, by the token their connection had.
+    replies: HashMap<u64, PendingReply>,
 }
 
 impl Sink<'_> {
@@ -387,8 +419,9 @@ impl Sink<'_> {
         None
     }
 
-    /// Sends the sink's view back after a clean end of stream (the sender half-closed).
-    fn reply(conn: &Conn, own_boot_id: Option<&str>, ack: super::cli::AckPolicy) {
+    /// The sink's view of a connection, sent back after a clean end of stream (the sender
+    /// half-closed).
+    fn reply_bytes(conn: &Conn, own_boot_id: Option<&str>, ack: super::cli::AckPolicy) -> Vec<u8> {
         let end = conn.elapsed();
         let st = &conn.stream;
         let trip = st.trip();
@@ -410,12 +443,67 @@ impl Sink<'_> {
             read_times_truncated: messages as usize > MAX_REPLY_MESSAGES,
             quickack: Some(ack.quickack(st.is_trip())),
         };
-        let json = serde_json::to_vec(&reply).expect("reply serializes");
-        // A bounded blocking write: a peer that does not read cannot stall the sink long.
-        let _ = conn.sock.set_nonblocking(false);
-        let _ = conn.sock.set_write_timeout(Some(Duration::from_secs(5)));
-        let _ = (&conn.sock).write_all(&json);
-        let _ = conn.sock.shutdown(std::net::Shutdown::Write);
+        serde_json::to_vec(&reply).expect("reply serializes")
+    }
+
+    /// Starts a connection's reply: what the socket takes now is written at once (all of it,
+    /// usually); the rest when the socket is writable again, or never after
+    /// [`REPLY_TIMEOUT`].
+    fn start_reply(&mut self, token: u64, conn: Conn) -> Result<(), SinkError> {
+        let data = Self::reply_bytes(&conn, self.boot_id.as_deref(), self.cfg.ack);
+        let mut reply = PendingReply {
+            conn: conn.id,
+            peer: conn.peer,
+            sock: conn.sock,
+            data,
+            sent: 0,
+            give_up_at: Instant::now() + REPLY_TIMEOUT,
+        };
+        if reply.advance() {
+            return Ok(());
+        }
+        self.epoll
+            .add(
+                reply.sock.as_fd(),
+                EpollEvent::new(EpollFlags::EPOLLOUT, token),
+            )
+            .map_err(os("epoll_ctl(ADD reply)"))?;
+        self.replies.insert(token, reply);
+        Ok(())
+    }
+
+    fn continue_reply(&mut self, token: u64) {
+        if self.replies.get_mut(&token).is_some_and(|r| r.advance()) {
+            self.end_reply(token);
+        }
+    }
+
+    fn end_reply(&mut self, token: u64) {
+        if let Some(reply) = self.replies.remove(&token) {
+            let _ = self.epoll.delete(reply.sock.as_fd());
+        }
+    }
+
+    /// Drops the replies their senders did not take in time.
+    fn drop_stale_replies(&mut self, now: Instant) {
+        let stale: Vec<u64> = self
+            .replies
+            .iter()
+            .filter(|(_, r)| now >= r.give_up_at)
+            .map(|(&token, _)| token)
+            .collect();
+        for token in stale {
+            let r = &self.replies[&token];
+            eprintln!(
+                "sbm-sink: [{:>3}] {} did not take the reply ({} of {} bytes) within {} s: dropped",
+                r.conn,
+                r.peer,
+                r.sent,
+                r.data.len(),
+                REPLY_TIMEOUT.as_secs()
+            );
+            self.end_reply(token);
+        }
     }
 
     fn interval_row(
@@ -453,9 +541,6 @@ impl Sink<'_> {
         if let Some(csv) = &mut self.messages_csv {
             csv.flush()?;
         }
-        if ending == Ending::Eof {
-            Self::reply(&conn, self.boot_id.as_deref(), self.cfg.ack);
-        }
         let reason = match &ending {
             Ending::Eof => "closed by peer".to_string(),
             Ending::Protocol(e) => format!("closed: {e}"),
@@ -484,6 +569,9 @@ impl Sink<'_> {
         }
         let total = Self::interval_row(&conn, "total", Duration::ZERO, end, conn.bytes);
         self.emit(total)?;
+        if ending == Ending::Eof {
+            self.start_reply(token, conn)?;
+        }
         self.finished_conns += 1;
         // A descriptor and a connection slot are free again.
         self.resume_accepting()
@@ -524,6 +612,7 @@ impl Sink<'_> {
         for (token, quiet_for) in idle {
             self.close_conn(token, Ending::Idle(quiet_for))?;
         }
+        self.drop_stale_replies(now);
         if let Accepting::Paused(Some(until)) = self.accepting {
             if now >= until {
                 self.resume_accepting()?;
@@ -548,6 +637,7 @@ impl Sink<'_> {
                 ]
             })
             .chain([resume])
+            .chain(self.replies.values().map(|r| Some(r.give_up_at)))
             .flatten()
             .map(|t| t.saturating_duration_since(now))
             .min()
@@ -615,6 +705,7 @@ pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
         accepting: Accepting::Yes,
         refusals: RateLimitedLog::default(),
         totals: vec![],
+        replies: HashMap::new(),
     };
     let mut events = [EpollEvent::empty(); 64];
     loop {
@@ -641,10 +732,17 @@ pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
                         for token in open {
                             sink.close_conn(token, Ending::Signal(sig.to_string()))?;
                         }
+                        if !sink.replies.is_empty() {
+                            crate::say!(
+                                "sbm-sink: replies not yet taken by their senders: {} dropped",
+                                sink.replies.len()
+                            );
+                        }
                         let _ = io::stdout().flush();
                         return Ok(sink.totals);
                     }
                 }
+                token if sink.replies.contains_key(&token) => sink.continue_reply(token),
                 token => {
                     if let Some(ending) = sink.read_conn(token) {
                         sink.close_conn(token, ending)?;
@@ -655,8 +753,9 @@ pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
         sink.tick()?;
         let _ = io::stdout().flush();
         // After the tick too: --once and --conns count a connection closed by
-        // --idle-timeout as well as one its peer closed.
-        if cfg.exit_after.is_some_and(|n| sink.finished_conns >= n) {
+        // --idle-timeout as well as one its peer closed. Replies under way are finished (or
+        // given up) first: the sender is waiting for its own.
+        if cfg.exit_after.is_some_and(|n| sink.finished_conns >= n) && sink.replies.is_empty() {
             return Ok(sink.totals);
         }
     }
