@@ -4,7 +4,7 @@
 //! below, never above (tests/layers.rs checks both from the source, and that no two sibling
 //! modules anywhere import each other):
 //! 1. helpers that know nothing of TCP: `ne`, `units`, `clock`, `addr`, `signals`, `cli`,
-//!    `stats`, `sysinfo`, `embedded`, `wire`, `tcpinfo`;
+//!    `stats`, `sysinfo`, `embedded`, `wire`, `peers`, `tcpinfo`;
 //! 2. the system calls (the only unsafe code) and socket options: `sys`, `sockopt`;
 //! 3. the measurement: `tstamp`, `replenish`, `report` (the records, read and written);
 //! 4. the BPF programs, behind the `bpf` feature: `bpf`;
@@ -31,6 +31,7 @@
 //!   and read back through the same types, with a schema version), beside the CSV, JSON and
 //!   human-text writers.
 //! - [`wire`]: the optional per-message header (trip times) and its parser.
+//! - [`peers`]: other tools' peers (iperf3's client and server) known by their first bytes.
 //! - [`send`]: sbm-send — its CLI and config, and the loop split by job in `send::run`:
 //!   `run/mod.rs` (set-up, events, intervals), `run/write_path.rs` (the write path and the
 //!   readiness gate's actions), `run/timing.rs` (TX reports, the snd_nxt sampler, each
@@ -73,6 +74,7 @@ pub mod delay;
 pub mod embedded;
 pub mod matrix;
 pub mod ne;
+pub mod peers;
 pub mod remote;
 pub mod replenish;
 pub mod report;

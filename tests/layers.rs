@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     // Helpers with no knowledge of TCP.
     &[
         "ne", "units", "clock", "addr", "signals", "cli", "stats", "sysinfo", "embedded", "wire",
-        "tcpinfo",
+        "peers", "tcpinfo",
     ],
     // The system calls (the only unsafe code) and socket options over them.
     &["sys", "sockopt"],

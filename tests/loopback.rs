@@ -1265,3 +1265,64 @@ fn iperf_habits_mean_what_iperf_means() {
         assert!((span - 0.5).abs() < 1e-6, "an interval of {span} s");
     }
 }
+
+/// iperf3 on either end is named, not left to print zeros or a bare reset: sbm-sink ends an
+/// iperf3 client's connection within 2 s with one line saying what it is (and `--once`
+/// counts it), and sbm-send says the same of an iperf3 server it was pointed at.
+#[test]
+fn iperf3_on_the_other_end_is_named_within_two_seconds() {
+    // iperf3's client against sbm-sink.
+    let sink = Sink::start("127.0.0.1:0", &["--once"]);
+    let (host, port) = sink.addr.rsplit_once(':').unwrap();
+    let started = std::time::Instant::now();
+    let client = run_program(
+        "iperf3",
+        &["-c", host, "-p", port, "-t", "10"],
+        Duration::from_secs(20),
+    );
+    let done = sink.proc.wait(Duration::from_secs(20));
+    let took = started.elapsed();
+    assert_ne!(client.code(), Some(0), "iperf3: {}", client.stdout);
+    assert_eq!(done.code(), Some(0), "--once counts it: {}", done.stderr);
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    let named: Vec<&str> = done
+        .stderr
+        .lines()
+        .filter(|l| l.contains("is an iperf3 client"))
+        .collect();
+    assert_eq!(named.len(), 1, "{}", done.stderr);
+    assert!(named[0].contains("iperf3 -s"), "{}", named[0]);
+    assert!(
+        !done.stdout.contains("0.00-1.00"),
+        "no interval lines for it: {}",
+        done.stdout
+    );
+
+    // sbm-send against iperf3's server.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let mut server = Running::spawn_program(
+        "iperf3",
+        &["-s", "-1", "--forceflush", "-B", "127.0.0.1", "-p", &port],
+    );
+    server.wait_line("listening", Duration::from_secs(10));
+    let started = std::time::Instant::now();
+    let send = run(
+        "sbm-send",
+        &["-c", &format!("127.0.0.1:{port}"), "-t", "10"],
+        Duration::from_secs(30),
+    );
+    let took = started.elapsed();
+    assert_ne!(send.code(), Some(0), "{}", send.stdout);
+    let all = format!("{}{}", send.stdout, send.stderr);
+    assert!(
+        all.contains("the peer is an iperf3 server") && all.contains("run sbm-sink there"),
+        "{all}"
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    let _ = server.wait(Duration::from_secs(10));
+}

@@ -18,6 +18,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::clock::realtime_ns;
+use crate::peers::{self, ForeignPeer, IPERF3_COOKIE_LEN};
 use crate::report::csv_file::CsvError;
 use crate::report::human;
 use crate::report::schema::SinkIntervalRow;
@@ -119,6 +120,8 @@ enum Ending {
     Signal(String),
     /// Nothing received for the idle timeout.
     Idle(Duration),
+    /// Another tool's client (iperf3's), told apart by its first bytes.
+    Foreign(ForeignPeer),
 }
 
 /// Per-connection state.
@@ -133,6 +136,8 @@ struct Conn {
     /// When the last bytes arrived (or the connection was accepted): for --idle-timeout.
     last_data: Instant,
     stream: StreamState,
+    /// The connection's first bytes, kept until there are as many as iperf3's cookie.
+    opening: Vec<u8>,
 }
 
 impl Conn {
@@ -326,6 +331,7 @@ impl Sink<'_> {
                 interval_bytes: 0,
                 last_data: now,
                 stream: StreamState::new(self.cfg.expect_trip_times),
+                opening: Vec::new(),
             },
         );
         Ok(())
@@ -375,6 +381,21 @@ impl Sink<'_> {
                     conn.last_data = Instant::now();
                     conn.bytes += n as u64;
                     conn.interval_bytes += n as u64;
+                    let before = conn.bytes - n as u64;
+                    if before < IPERF3_COOKIE_LEN as u64 {
+                        let take = n.min(IPERF3_COOKIE_LEN - before as usize);
+                        conn.opening.extend_from_slice(&self.buf[..take]);
+                        // An iperf3 client sends its cookie and waits for an answer that
+                        // will not come: end it now, saying what it is.
+                        if conn.bytes == IPERF3_COOKIE_LEN as u64
+                            && peers::is_iperf3_cookie(&conn.opening)
+                        {
+                            return Some(Ending::Foreign(ForeignPeer::Iperf3Client));
+                        }
+                        if conn.bytes >= IPERF3_COOKIE_LEN as u64 {
+                            conn.opening = Vec::new();
+                        }
+                    }
                     let was_trip = conn.stream.is_trip();
                     if let Err(e) =
                         conn.stream
@@ -547,8 +568,15 @@ impl Sink<'_> {
             Ending::Failed(e) => format!("failed: {e}"),
             Ending::Signal(s) => format!("cut short by {s}"),
             Ending::Idle(t) => format!("closed: nothing received for {t:?} (--idle-timeout)"),
+            Ending::Foreign(peer) => format!("is {}; closed", peer.explain()),
         };
         let end = conn.elapsed();
+        if let Ending::Foreign(_) = ending {
+            // Another tool's control bytes, not a stream to account for: one line only.
+            eprintln!("sbm-sink: [{:>3}] {} {reason}", conn.id, conn.peer);
+            self.finished_conns += 1;
+            return self.resume_accepting();
+        }
         if conn.interval_bytes > 0 || conn.interval_start < end {
             let row = Self::interval_row(
                 &conn,

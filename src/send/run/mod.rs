@@ -663,6 +663,10 @@ impl<'a> Sender<'a> {
 
     /// Ends the run early: a signal or a failure, while writing or during the drain.
     fn fail(&mut self, reason: EndReason) {
+        let reason = match reason {
+            EndReason::PeerFailed(why) => EndReason::PeerFailed(self.name_foreign_peer(why)),
+            other => other,
+        };
         // While writing nothing has ended the run yet: it ends now, with this reason unless
         // ending it fails too.
         let reason = if self.phase == Phase::Writing {
@@ -680,6 +684,27 @@ impl<'a> Sender<'a> {
             Some(EndReason::Limit(_)) | None => reason,
             Some(first) => first,
         });
+    }
+
+    /// A failure's message, with what the peer is when its first bytes show another tool's
+    /// server (an sbm-sink sends nothing before sbm-send's half-close, so any byte waiting
+    /// now is the peer's own protocol).
+    fn name_foreign_peer(&self, why: String) -> String {
+        use nix::sys::socket::{recv, MsgFlags};
+        let mut first = [0u8; 16];
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+        let Ok(n) = recv(
+            std::os::fd::AsRawFd::as_raw_fd(&self.sock),
+            &mut first,
+            flags,
+        ) else {
+            return why;
+        };
+        let first = &first[..n];
+        match crate::peers::server_from_first_bytes(first) {
+            Some(peer) => format!("{why}; the peer is {}", peer.explain()),
+            None => why,
+        }
     }
 
     /// Milliseconds until the next thing the loop must do by itself, from the turn's clock
