@@ -640,6 +640,27 @@ fn parallel_flows_print_per_flow_and_sum_lines_and_add_up() {
     for tag in ["[  1] ", "[  2] ", "[  3] ", "[  4] ", "[SUM] "] {
         assert!(tagged(tag) >= 4, "{tag}: {}\n{}", tagged(tag), res.stdout);
     }
+    // As iperf's -P: one column header, after the banners, and every flow's banner
+    // labelled with its flow (they print at once and interleave).
+    let headers: Vec<&str> = res
+        .stdout
+        .lines()
+        .filter(|l| l.contains("Interval") && l.contains("Goodput"))
+        .collect();
+    assert_eq!(headers.len(), 1, "{}", res.stdout);
+    assert!(headers[0].starts_with("[ ID] "), "{}", headers[0]);
+    for k in 1..=4 {
+        for what in ["sbm-send ", "options: ", "policy: ", "source: "] {
+            let labelled = format!("[  {k}] {what}");
+            assert_eq!(tagged(&labelled), 1, "{labelled}\n{}", res.stdout);
+        }
+    }
+    let unlabelled = res
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with('[') && !l.starts_with("---"))
+        .count();
+    assert_eq!(unlabelled, 0, "every line names its flow: {}", res.stdout);
     let flows = read_json(&out.join("flows.json"));
     let per_flow: Vec<serde_json::Value> = (1..=4)
         .map(|k| read_json(&out.join(format!("flow-{k}/summary.json"))))

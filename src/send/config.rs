@@ -76,6 +76,14 @@ pub struct SendConfig {
 }
 
 impl SendConfig {
+    /// What starts each of this run's own human lines: "[  K] " for flow K of `-P` (the
+    /// flows print at once, and iperf tags each flow's lines so), nothing for a lone run.
+    pub fn line_tag(&self) -> String {
+        self.interval_tap.as_ref().map_or_else(String::new, |t| {
+            format!("{} ", crate::report::human::flow_tag(Some(t.flow)))
+        })
+    }
+
     /// The flag that asks for one of sbm's BPF programs (None: this run needs none).
     pub fn needs_bpf(&self) -> Option<&'static str> {
         if self.exact_departures {

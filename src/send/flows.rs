@@ -31,6 +31,9 @@ struct Lines {
     interval_s: f64,
     rows: BTreeMap<u64, Vec<Option<IntervalRow>>>,
     quiet: bool,
+    /// The column header is printed once, above the first interval's lines (after the
+    /// flows' banners, as iperf does).
+    header_printed: bool,
 }
 
 impl Lines {
@@ -53,9 +56,13 @@ impl Lines {
         }
     }
 
-    fn print(&self, slots: &[Option<IntervalRow>]) {
+    fn print(&mut self, slots: &[Option<IntervalRow>]) {
         if self.quiet {
             return;
+        }
+        if !self.header_printed {
+            crate::say!("[ ID] {}", human::send_interval_header());
+            self.header_printed = true;
         }
         let present: Vec<&IntervalRow> = slots.iter().flatten().collect();
         for (i, row) in slots.iter().enumerate() {
@@ -92,9 +99,6 @@ pub fn run_flows(
     })?;
     let mut broadcast = StopBroadcast::default();
     let (tx, rx) = mpsc::channel();
-    if !cfg.quiet {
-        crate::say!("{:5} {}", "", human::send_interval_header());
-    }
     let mut flows: Vec<Flow> = Vec::with_capacity(n);
     // `--cc bbr,cubic`: the flows take the names in turn.
     let ccs: Option<Vec<String>> = cfg
@@ -158,6 +162,7 @@ pub fn run_flows(
         interval_s: cfg.interval.as_secs_f64(),
         rows: BTreeMap::new(),
         quiet: cfg.quiet,
+        header_printed: false,
     };
     loop {
         if let Some(sig) = signals.take() {
@@ -262,6 +267,7 @@ mod tests {
             interval_s: 1.0,
             rows: BTreeMap::new(),
             quiet: true,
+            header_printed: false,
         };
         l.add(1, row(0.0, 10));
         l.add(1, row(1.0, 10));

@@ -122,8 +122,9 @@ impl Outputs {
         Ok(f.flush()?)
     }
 
-    /// Flushes the CSVs and writes summary.json; says where everything went.
-    pub fn finish(&mut self, summary: &SendSummary) -> Result<(), OutputError> {
+    /// Flushes the CSVs and writes summary.json; says where everything went (`tag` starts
+    /// the line: a `-P` flow's "[  K] ").
+    pub fn finish(&mut self, summary: &SendSummary, tag: &str) -> Result<(), OutputError> {
         self.flush()?;
         let Some(dir) = &self.dir else { return Ok(()) };
         let path = dir.join("summary.json");
@@ -133,7 +134,7 @@ impl Outputs {
             source,
         })?;
         crate::say!(
-            "output: {} ({}intervals.csv, summary.json)",
+            "{tag}output: {} ({}intervals.csv, summary.json)",
             dir.display(),
             if self.writes.is_some() {
                 "writes.csv, "

@@ -839,15 +839,16 @@ pub fn run_with_stop(
         warnings.push("timestamping: kernel refused OPT_ID_TCP; keys use OPT_ID (same base before the first write)".into());
     }
     print_banner(cfg, &local, &options, timestamping, first_info.snd_mss);
-    crate::say!("{}", human::policy_line(&policy));
+    let tag = cfg.line_tag();
+    crate::say!("{tag}{}", human::policy_line(&policy));
     if cfg.burst > 1 {
         crate::say!(
-            "burst: up to {} writes per invitation (not one write per invitation)",
+            "{tag}burst: up to {} writes per invitation (not one write per invitation)",
             cfg.burst
         );
     }
     if let Some(note) = &policy.note {
-        crate::say!("policy: {note}");
+        crate::say!("{tag}policy: {note}");
     }
     for w in &warnings {
         eprintln!("sbm-send: warning: {w}");
@@ -920,18 +921,19 @@ pub fn run_with_stop(
         source_was_ready: false,
     };
     if let Some(spec) = &cfg.source {
-        crate::say!("source: {}", spec.describe());
+        crate::say!("{tag}source: {}", spec.describe());
     }
     if let Some(d) = cfg.paced_start {
         crate::say!(
-            "paced start: one write per smoothed RTT for {d:?}, whatever the readiness rule says (an experiment: the report's §6 entry)"
+            "{tag}paced start: one write per smoothed RTT for {d:?}, whatever the readiness rule says (an experiment: the report's §6 entry)"
         );
         // The rule does not invite during the phase.
         if let Err(e) = s.set_out_interest(false) {
             s.fail(e);
         }
     }
-    if !cfg.quiet {
+    // A flow of -P prints no header: the owner prints one for every flow.
+    if !cfg.quiet && cfg.interval_tap.is_none() {
         crate::say!("{}", human::send_interval_header());
     }
     let drain = s.event_loop();

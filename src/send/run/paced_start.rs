@@ -41,7 +41,8 @@ impl Sender<'_> {
         if now >= p.until {
             self.paced = None;
             crate::say!(
-                "paced start: ended at {:.2} s; the readiness rule takes over",
+                "{}paced start: ended at {:.2} s; the readiness rule takes over",
+                self.cfg.line_tag(),
                 now.as_secs_f64()
             );
             if self.gate.kernel_invites() {

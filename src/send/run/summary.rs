@@ -26,7 +26,10 @@ impl Sender<'_> {
         }
         if let Some(mut trace) = self.rule_trace.take() {
             match trace.finish() {
-                Ok(rows) => crate::say!("rule trace: {rows} rows in rule-trace.csv"),
+                Ok(rows) => crate::say!(
+                    "{}rule trace: {rows} rows in rule-trace.csv",
+                    self.cfg.line_tag()
+                ),
                 Err(e) => self.warnings.push(format!("rule trace ended early: {e}")),
             }
         }
@@ -182,7 +185,7 @@ impl Sender<'_> {
             drain,
         };
         let mut outcome = SendOutcome { summary, exit_code };
-        if let Err(e) = self.out.finish(&outcome.summary) {
+        if let Err(e) = self.out.finish(&outcome.summary, &self.cfg.line_tag()) {
             eprintln!("sbm-send: {e}");
             outcome.exit_code = outcome.exit_code.max(1);
         }
@@ -255,8 +258,9 @@ pub(super) fn print_banner(
     ts: Option<TimestampingMode>,
     mss: u32,
 ) {
+    let tag = cfg.line_tag();
     crate::say!(
-        "sbm-send {}: {} -> {}, kernel {}, mss {}, write {} per invitation, epoll {}",
+        "{tag}sbm-send {}: {} -> {}, kernel {}, mss {}, write {} per invitation, epoll {}",
         env!("CARGO_PKG_VERSION"),
         local,
         cfg.peer,
@@ -275,14 +279,16 @@ pub(super) fn print_banner(
             }
         })
         .collect();
-    crate::say!("options: {}", opts.join(", "));
+    crate::say!("{tag}options: {}", opts.join(", "));
     match ts {
         Some(t) => crate::say!(
-            "timestamps: SCHED+SND+ACK per write, keyed by byte offset ({})",
+            "{tag}timestamps: SCHED+SND+ACK per write, keyed by byte offset ({})",
             if t.opt_id_tcp { "OPT_ID_TCP" } else { "OPT_ID" }
         ),
         None => {
-            crate::say!("timestamps: off (--no-timestamps or --light): sojourn is not measured")
+            crate::say!(
+                "{tag}timestamps: off (--no-timestamps or --light): sojourn is not measured"
+            )
         }
     }
 }
