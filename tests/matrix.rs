@@ -822,6 +822,72 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
             && md.contains("- emulated, Nagle, sub-MSS clause off at 2 Mb/s: only in B"),
         "{md}"
     );
+    // A single finished run has no spread: C keeps one of the five runs of "kernel,
+    // TCP_NODELAY" (the others marked failed), and its row gives the change, no verdict.
+    let c = dir.join("c");
+    let cp = common::run_program(
+        "cp",
+        &["-r", src.to_str().unwrap(), c.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    assert!(cp.status.success(), "{}", cp.stderr);
+    for r in 2..=5 {
+        let path = c.join(format!("2mbit-kernel-nodelay-r{r}/cell.json"));
+        let mut v = read_json(&path);
+        v["status"] = serde_json::json!("failed");
+        std::fs::write(&path, v.to_string()).unwrap();
+    }
+    let mut cmd = Command::new(matrix_bin());
+    cmd.args([
+        "compare",
+        dir.join("a").to_str().unwrap(),
+        c.to_str().unwrap(),
+    ]);
+    let res = common::output_within(cmd, Duration::from_secs(60));
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    let one = res
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("| kernel, TCP_NODELAY |"))
+        .unwrap_or_else(|| panic!("{}", res.stdout));
+    assert!(
+        one.contains("n = 1 here: no spread to judge by") && !one.contains("spread**"),
+        "{one}"
+    );
+    // Counted as index.html counts: 25 cells, 21 finished, 5 configurations.
+    assert!(
+        res.stdout
+            .contains("25 cells (21 finished) in 5 configurations"),
+        "{}",
+        res.stdout
+    );
+    // Two runs with no cell in common: an error naming what each has, not an empty table.
+    let toml = c.join("matrix.toml");
+    let text = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace(r#"rtt = "172ms""#, r#"rtt = "100ms""#);
+    std::fs::write(&toml, text).unwrap();
+    let mut cmd = Command::new(matrix_bin());
+    cmd.args([
+        "compare",
+        dir.join("a").to_str().unwrap(),
+        c.to_str().unwrap(),
+    ]);
+    let res = common::output_within(cmd, Duration::from_secs(60));
+    assert_eq!(res.code(), Some(1), "{}{}", res.stdout, res.stderr);
+    assert_eq!(res.stderr.trim().lines().count(), 1, "{}", res.stderr);
+    assert!(
+        res.stderr.contains("no cell in common")
+            && res
+                .stderr
+                .contains("A has kernel, Nagle, sub-MSS clause on at 2 Mb/s")
+            && res
+                .stderr
+                .contains("B has kernel, Nagle, sub-MSS clause on at 2 Mb/s")
+            && res.stderr.contains("2 more"),
+        "{}",
+        res.stderr
+    );
     // Fewer than two runs is a usage error.
     let mut cmd = Command::new(matrix_bin());
     cmd.args(["compare", dir.join("a").to_str().unwrap()]);

@@ -173,8 +173,8 @@ fn cell_text(f: &Figures) -> String {
     )
 }
 
-/// How `b` stands against the baseline `a` for one figure: the change of the median, and
-/// whether the two ranges are apart (the difference exceeds the spread).
+/// How `b` stands against the baseline `a` for one figure: the change of the median, and,
+/// when both have a spread (n ≥ 2), whether the two ranges are apart.
 fn judge(what: &str, a: Option<Spread>, b: Option<Spread>) -> Option<String> {
     let (a, b) = (a?, b?);
     let change = if a.median != 0.0 {
@@ -182,33 +182,80 @@ fn judge(what: &str, a: Option<Spread>, b: Option<Spread>) -> Option<String> {
     } else {
         "—".into()
     };
-    // One run against several: the single figure against their range.
-    let verdict = if a.n < 2 && b.n < 2 {
-        "n = 1 each: no spread to judge by"
-    } else if b.min > a.max || b.max < a.min {
-        "**beyond the spread**"
-    } else {
-        "within the spread"
+    // A range needs two runs on each side: with one run a figure has no spread, and a
+    // difference against it may be that run's noise.
+    let verdict = match (a.n < 2, b.n < 2) {
+        (true, true) => "n = 1 each: no spread to judge by",
+        (true, false) => "n = 1 in the baseline: no spread to judge by",
+        (false, true) => "n = 1 here: no spread to judge by",
+        _ if b.min > a.max || b.max < a.min => "**beyond the spread**",
+        _ => "within the spread",
     };
     Some(format!("{what} {change} ({verdict})"))
 }
 
+/// Cells as index.html counts them (every cell of the matrix, repetitions included), with
+/// the finished ones and the configurations they make.
+fn cell_count(r: &Run) -> String {
+    let rows = r.cells.iter().flat_map(|(_, e)| &e.rows);
+    let finished = rows.clone().filter(|row| row.status == Status::Ok).count();
+    format!(
+        "{} cells ({finished} finished) in {} configurations",
+        rows.count(),
+        r.cells.len()
+    )
+}
+
+/// A run's configurations as a short list, for an error that says what each run has.
+fn configurations(r: &Run) -> String {
+    const SHOWN: usize = 3;
+    let mut names: Vec<String> = r
+        .cells
+        .iter()
+        .take(SHOWN)
+        .map(|(_, e)| format!("{} at {}", e.label, e.rate))
+        .collect();
+    if r.cells.len() > SHOWN {
+        names.push(format!("{} more", r.cells.len() - SHOWN));
+    }
+    if names.is_empty() {
+        "no cells".into()
+    } else {
+        names.join("; ")
+    }
+}
+
 /// The comparison as markdown: every cell of the first run (the baseline) against the
-/// others, then the cells found only in some runs.
-pub fn compare_md(runs: &[Run]) -> String {
-    let mut out = String::from("# Comparison of runs\n\n");
+/// others, then the cells found only in some runs. An error when a run shares no cell with
+/// the baseline: there is nothing to compare, and an empty table would look like an answer.
+pub fn compare_md(runs: &[Run]) -> Result<String, String> {
     let letter = |i: usize| char::from(b'A' + (i % 26) as u8);
+    for (i, r) in runs.iter().enumerate().skip(1) {
+        if !r.cells.iter().any(|(id, _)| runs[0].entry(id).is_some()) {
+            return Err(format!(
+                "{} and {} have no cell in common (cells match by what they do: rate, RTT, \
+                 queue, write size, Nagle, congestion control, kernel, times, arguments): \
+                 A has {}; {} has {}",
+                runs[0].dir.display(),
+                r.dir.display(),
+                configurations(&runs[0]),
+                letter(i),
+                configurations(r)
+            ));
+        }
+    }
+    let mut out = String::from("# Comparison of runs\n\n");
     for (i, r) in runs.iter().enumerate() {
         let _ = writeln!(
             out,
-            "- {}: `{}` ({}, {} cells)",
+            "- {}: `{}` ({}, {})",
             letter(i),
             r.dir.display(),
             r.name,
-            r.cells.len()
+            cell_count(r)
         );
     }
-    out.push_str("\nCells are matched by what they do (bottleneck, sender and sink arguments, write size, Nagle, congestion control, sender kernel and guest settings, CPU quota, run and warm-up times), not by names. Each figure: median / p95 delay @ goodput, the median of the runs with their range and n. Against the baseline A: the change of each median and whether the two runs' ranges (a single run: its figure) are apart — **beyond the spread** — or overlap.\n\n");
+    out.push_str("\nCells are matched by what they do (bottleneck, sender and sink arguments, write size, Nagle, congestion control, sender kernel and guest settings, CPU quota, run and warm-up times), not by names. Each figure: median / p95 delay @ goodput, the median of the runs with their range and n. Against the baseline A: the change of each median and when both sides have n ≥ 2, whether their ranges are apart — **beyond the spread** — or overlap (with n = 1 on either side there is no spread to judge by, and the change is only the difference).\n\n");
     let _ = write!(out, "| configuration | rate |");
     for i in 0..runs.len() {
         let _ = write!(out, " {} |", letter(i));
@@ -301,7 +348,7 @@ pub fn compare_md(runs: &[Run]) -> String {
             );
         }
     }
-    out
+    Ok(out)
 }
 
 /// The comparison as a self-contained web page (the same text as [`compare_md`]).
@@ -322,7 +369,7 @@ mod tests {
     }
 
     #[test]
-    fn ranges_apart_are_beyond_the_spread_and_two_single_runs_are_not_judged() {
+    fn ranges_apart_are_beyond_the_spread_and_a_single_run_is_never_judged() {
         let a = spread(&[100.0, 110.0, 120.0]);
         assert_eq!(
             judge("median", a, spread(&[130.0, 140.0])).unwrap(),
@@ -332,13 +379,11 @@ mod tests {
             judge("median", a, spread(&[115.0, 140.0])).unwrap(),
             "median +16 % (within the spread)"
         );
-        // A single run is placed against the other's range.
-        assert!(judge("p95", a, spread(&[300.0]))
-            .unwrap()
-            .contains("beyond"));
-        assert!(judge("p95", a, spread(&[105.0]))
-            .unwrap()
-            .contains("within"));
+        // A single run on either side has no spread: the change, not a verdict.
+        for (x, y) in [(a, spread(&[300.0])), (spread(&[300.0]), a)] {
+            let one = judge("p95", x, y).unwrap();
+            assert!(one.contains("n = 1") && !one.contains("spread**"), "{one}");
+        }
         let single = judge("p95", spread(&[1.0]), spread(&[3.0])).unwrap();
         assert!(single.contains("n = 1 each"), "{single}");
         assert!(judge("p95", None, a).is_none());

@@ -141,8 +141,8 @@ fn main_inner(cli: Cli) -> Result<i32, run::MatrixError> {
                 .iter()
                 .map(|d| compare::Run::read(d))
                 .collect::<Result<_, _>>()
-                .map_err(run::MatrixError::Report)?;
-            let md = compare::compare_md(&read);
+                .map_err(run::MatrixError::Compare)?;
+            let md = compare::compare_md(&read).map_err(run::MatrixError::Compare)?;
             let page = html.map(|path| (path, compare::compare_html(&md)));
             for (path, text) in out.map(|p| (p, md.clone())).into_iter().chain(page) {
                 std::fs::write(&path, text).map_err(|source| run::MatrixError::File {

@@ -68,6 +68,8 @@ pub enum MatrixError {
     Path(#[from] wan::TestbedError),
     #[error("report: {0}")]
     Report(String),
+    #[error("compare: {0}")]
+    Compare(String),
 }
 
 fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> MatrixError + '_ {
