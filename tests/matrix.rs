@@ -895,3 +895,104 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
     assert_eq!(res.code(), Some(2), "{}", res.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// scripts/matrix takes paths from where it is called (it does not change directory) and
+/// builds only when a binary is missing or older than the sources. Checked on a copy of
+/// the script in a scratch tree whose binaries and `cargo` are stand-ins that log what
+/// they were asked.
+#[test]
+fn scripts_matrix_builds_only_when_stale_and_keeps_the_callers_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir("matrix-script");
+    let root = dir.join("tree");
+    let log = dir.join("log");
+    let write_exe = |path: &Path, body: &str| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::create_dir_all(root.join("bpf")).unwrap();
+    for f in ["src/lib.rs", "build.rs", "Cargo.toml", "Cargo.lock"] {
+        std::fs::write(root.join(f), "").unwrap();
+    }
+    std::fs::create_dir_all(root.join("scripts")).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/matrix"),
+        root.join("scripts/matrix"),
+    )
+    .unwrap();
+    let logged = log.display().to_string();
+    let bins = [
+        "sbm-send",
+        "sbm-sink",
+        "sbm-delay",
+        "sbm-testbed",
+        "sbm-trace",
+    ];
+    let make_bins = || {
+        write_exe(
+            &root.join("target/release/sbm-matrix"),
+            &format!("echo \"matrix cwd=$PWD args=$*\" >> {logged}"),
+        );
+        for b in bins {
+            write_exe(&root.join("target/release").join(b), "exit 0");
+        }
+    };
+    // The sources are older than the binaries.
+    let touch_old = Command::new("touch")
+        .args(["-d", "1 hour ago"])
+        .args([
+            "src/lib.rs",
+            "build.rs",
+            "Cargo.toml",
+            "Cargo.lock",
+            "src",
+            "bpf",
+        ])
+        .current_dir(&root)
+        .status()
+        .unwrap();
+    assert!(touch_old.success());
+    make_bins();
+    let fake_path = dir.join("path");
+    write_exe(
+        &fake_path.join("cargo"),
+        &format!("echo \"cargo $*\" >> {logged}"),
+    );
+    let caller = dir.join("elsewhere");
+    std::fs::create_dir_all(&caller).unwrap();
+    let call = || {
+        let mut cmd = Command::new(root.join("scripts/matrix"));
+        cmd.args(["compare", "runs/a", "runs/b"])
+            .current_dir(&caller)
+            .env("PATH", format!("{}:/usr/bin:/bin", fake_path.display()))
+            .env_remove("SBM_BIN");
+        let res = common::output_within(cmd, Duration::from_secs(30));
+        assert_eq!(res.code(), Some(0), "{}", res.stderr);
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        std::fs::remove_file(&log).ok();
+        text
+    };
+    let fresh = call();
+    assert_eq!(
+        fresh.trim(),
+        format!("matrix cwd={} args=compare runs/a runs/b", caller.display()),
+        "fresh binaries: no build, the caller's directory and arguments as given"
+    );
+    // A source newer than the binaries: one build of the tree, from wherever it is called.
+    std::fs::write(root.join("src/lib.rs"), "// changed").unwrap();
+    let stale = call();
+    let lines: Vec<&str> = stale.lines().collect();
+    assert_eq!(lines.len(), 2, "{stale}");
+    assert!(
+        lines[0].starts_with("cargo build --release")
+            && lines[0].contains(&format!("--manifest-path {}/Cargo.toml", root.display())),
+        "{stale}"
+    );
+    assert!(lines[1].starts_with("matrix cwd="), "{stale}");
+    // A missing binary is built too.
+    make_bins();
+    std::fs::remove_file(root.join("target/release/sbm-trace")).unwrap();
+    assert!(call().starts_with("cargo build"));
+}
