@@ -803,12 +803,11 @@ fn sink_serves_concurrent_connections_and_survives_garbage() {
     assert_eq!(stop.code(), Some(0));
 }
 
-/// Every column and JSON key sbm writes is documented in README.md.
+/// Every column and JSON key sbm writes is documented in docs/output.md.
 #[test]
-fn every_output_field_is_documented_in_readme() {
+fn every_output_field_is_documented_in_the_output_reference() {
     let _g = serial();
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = common::output_reference();
     let documented = |name: &str| readme.contains(&format!("`{name}`"));
     let RecordedRun {
         _dir,
@@ -864,7 +863,7 @@ fn every_output_field_is_documented_in_readme() {
     sink.stop();
     assert!(
         missing.is_empty(),
-        "undocumented fields in README.md: {missing:#?}"
+        "undocumented fields in docs/output.md: {missing:#?}"
     );
 }
 
@@ -1112,8 +1111,7 @@ fn trip_times_measure_every_message_and_the_sender_compares() {
     assert!(std::fs::read_to_string(out.join("sink-summary.json"))
         .unwrap()
         .contains("\"trip_times\": true"));
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = common::output_reference();
     for file in [out.join("messages.csv"), sink_dir.join("sink-messages.csv")] {
         for h in csv_headers(&file) {
             assert!(

@@ -113,8 +113,7 @@ fn quick_matrix_reproduces_the_reports_ordering_at_2mbit() {
         "one CDF series per configuration"
     );
     // Every column and key the matrix writes is documented.
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = common::output_reference();
     let cell = dir.join("2mbit-default");
     let mut undocumented: Vec<String> = csv_headers(&dir.join("summary.csv"))
         .into_iter()
@@ -130,7 +129,7 @@ fn quick_matrix_reproduces_the_reports_ordering_at_2mbit() {
     }
     assert!(
         undocumented.is_empty(),
-        "undocumented in README.md: {undocumented:?}"
+        "undocumented in docs/output.md: {undocumented:?}"
     );
 }
 

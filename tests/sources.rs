@@ -162,8 +162,7 @@ fn a_paced_source_holds_its_rate_and_every_chunk_is_followed() {
         .iter()
         .filter(|r| r["fate"] == "written")
         .all(|r| r["writes"] == "1"));
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = common::output_reference();
     for file in ["frames.csv", "content-age.csv"] {
         for h in csv_headers(&out.join(file)) {
             assert!(

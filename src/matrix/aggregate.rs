@@ -328,7 +328,7 @@ pub fn content_age_md(groups: &[Group<'_>]) -> String {
         return String::new();
     }
     format!(
-        "\n## Content age\n\nApplication-limited sources: the age of the content when the sink read its last byte (read time − content time), over the frames generated after the warm-up, and the share of frames dropped as stale; medians of the runs with their range. With rate changes, the seconds after each change until the age was back at its floor (the median age before the first change; back = every frame of the next second within the larger of 25 % and 10 ms above it; README, `age_recovery_s`).\n\n| sender configuration | rate | source | age at the sink, p50 | p95 | dropped | back at the floor after each change (s) |\n|---|---|---|---|---|---|---|\n{}\n",
+        "\n## Content age\n\nApplication-limited sources: the age of the content when the sink read its last byte (read time − content time), over the frames generated after the warm-up, and the share of frames dropped as stale; medians of the runs with their range. With rate changes, the seconds after each change until the age was back at its floor (the median age before the first change; back = every frame of the next second within the larger of 25 % and 10 ms above it; docs/output.md, `age_recovery_s`).\n\n| sender configuration | rate | source | age at the sink, p50 | p95 | dropped | back at the floor after each change (s) |\n|---|---|---|---|---|---|---|\n{}\n",
         lines.join("\n")
     )
 }

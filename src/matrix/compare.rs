@@ -328,7 +328,7 @@ pub fn compare_md(runs: &[Run]) -> Result<String, String> {
             .collect();
         let _ = writeln!(
             out,
-            "\nGoodput is not the same quantity in every run ({}): summary schema 1 counted every byte acknowledged after the warm-up, bytes in flight at its end included; schema 2 only bytes that entered the network after it (README, `totals.goodput_bps`). A goodput difference between them is partly the definition's.",
+            "\nGoodput is not the same quantity in every run ({}): summary schema 1 counted every byte acknowledged after the warm-up, bytes in flight at its end included; schema 2 only bytes that entered the network after it (docs/output.md, `totals.goodput_bps`). A goodput difference between them is partly the definition's.",
             said.join(", ")
         );
     }

@@ -243,7 +243,10 @@ pub fn index_html(
     body.push_str("<h2>Files</h2>\n<ul>\n");
     for (file, what) in [
         ("table.md", "this table as markdown"),
-        ("summary.csv", "one row per cell (README: summary.csv)"),
+        (
+            "summary.csv",
+            "one row per cell (docs/output.md: summary.csv)",
+        ),
         (
             "aggregates.csv",
             "one row per table cell over its repetitions",

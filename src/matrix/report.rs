@@ -387,7 +387,7 @@ pub fn notes_md(spec: &MatrixSpec, rows: &[SummaryRow], groups: &[Group<'_>]) ->
         .iter()
         .any(|r| r.status == Status::Ok && r.summary_schema < 2 && r.departed.is_none())
     {
-        out.push_str("\nSome cells were measured by an sbm whose summary counted, as goodput, every byte acknowledged after the warm-up (summary schema 1), bytes already in flight at its end included; schema 2 counts only bytes that entered the network after it (README, `totals.goodput_bps`). Column `summary_schema` of summary.csv says which.\n");
+        out.push_str("\nSome cells were measured by an sbm whose summary counted, as goodput, every byte acknowledged after the warm-up (summary schema 1), bytes already in flight at its end included; schema 2 counts only bytes that entered the network after it (docs/output.md, `totals.goodput_bps`). Column `summary_schema` of summary.csv says which.\n");
     }
     out.push_str(&path_md(spec));
     for rate in rates {

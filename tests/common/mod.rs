@@ -660,3 +660,8 @@ pub fn payload_rate(summary: &serde_json::Value, rate_bps: f64) -> f64 {
     let mss = summary["mss"].as_f64().unwrap();
     rate_bps * mss / (mss + 66.0)
 }
+
+/// The output reference: every file, column and key sbm writes (docs/output.md).
+pub fn output_reference() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/output.md")).unwrap()
+}
