@@ -479,6 +479,7 @@ args = ["--fps", "30", "--frame-size", "6KB", "--stale", "latest", "--notsent-lo
         "--prefix",
         &prefix,
     ]);
+    let probe = MachineProbe::start();
     let mut run = Running::spawn_command(cmd);
     // Read the HTB class rate on the wan namespace's egress toward rcv as fast as tc
     // answers. A change took effect after the previous poll started (that poll still read
@@ -511,6 +512,7 @@ args = ["--fps", "30", "--frame-size", "6KB", "--stale", "latest", "--notsent-lo
         }
     }
     let res = run.wait(Duration::from_secs(60));
+    let machine = probe.finish();
     assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
     assert!(namespaces_with(&prefix).is_empty(), "the test bed is gone");
     let cell = out.join("2mbit-dip-frames");
@@ -526,21 +528,30 @@ args = ["--fps", "30", "--frame-size", "6KB", "--stale", "latest", "--notsent-lo
     for (k, (due_s, change)) in [2.0, 4.5].iter().zip(changes).enumerate() {
         let (earliest, latest, _) = seen[k + 1];
         let due = origin + (due_s * 1e9) as u64;
-        // tc's own view: not before it was due, and not provably more than 100 ms after.
+        // tc's own view: not before it was due. (How late tc shows it is the poller's
+        // resolution as much as sbm's: a poll is a process start, slow on a busy host.)
         assert!(
-            ms(latest, due) > -5.0 && ms(earliest, due) < 100.0,
-            "change {k}: tc showed it between {:.1} and {:.1} ms after it was due",
-            ms(earliest, due),
-            ms(latest, due)
+            ms(latest, due) > -5.0,
+            "change {k}: tc showed it {:.1} ms before it was due",
+            -ms(latest, due)
         );
-        // sbm's record: `set` started on time, and its bracket overlaps tc's.
+        // sbm's record: `set` started on time — within 100 ms of the instant, plus what the
+        // machine itself did to a waking thread meanwhile (a timer in sbm-matrix wakes no
+        // sooner than the test's own control does) — and its bracket overlaps tc's.
         let started = change["started_unix_ns"].as_u64().unwrap();
         let applied = change["applied_unix_ns"].as_u64().unwrap();
+        let bound_ms = 100.0 + machine.control_max_us as f64 / 1e3;
         assert!(
-            (-5.0..100.0).contains(&ms(started, due)),
-            "change {k}: set started {:.1} ms after it was due",
+            ms(started, due) > -5.0 && ms(started, due) < bound_ms,
+            "change {k}: set started {:.1} ms after it was due (bound {bound_ms:.1} ms: {machine})",
             ms(started, due)
         );
+        if ms(started, due) >= 100.0 {
+            eprintln!(
+                "change {k}: set started {:.1} ms after it was due, inside the bound only because {machine}",
+                ms(started, due)
+            );
+        }
         assert!(
             started <= latest && earliest <= applied,
             "change {k}: set from {started} to {applied}, tc saw it in [{earliest}, {latest}]"

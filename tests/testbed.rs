@@ -40,21 +40,34 @@ fn min_rtt_ms(bed: &Bed) -> f64 {
         .map_or_else(|| panic!("no min_rtt_us in summary: {s}"), |v| v / 1000.0)
 }
 
+/// The path's RTT floor: the least min RTT of up to three short transfers, the first within
+/// 2 % of `want` ending it. A busy 2-core machine can hold one short transfer's every packet
+/// back a few milliseconds (seen: 41.8 ms at 40, 105.9 at 100); a delay line or qdisc that
+/// adds delay adds it to all three. Every retry is said, with what the machine did meanwhile.
+fn path_floor_ms(bed: &Bed, want: f64) -> f64 {
+    let mut got = f64::INFINITY;
+    for attempt in 1..=3 {
+        let probe = MachineProbe::start();
+        let this = min_rtt_ms(bed);
+        let machine = probe.finish();
+        got = got.min(this);
+        if (got - want).abs() <= want * 0.02 {
+            break;
+        }
+        eprintln!(
+            "path floor: transfer {attempt} of 3 showed min RTT {this:.1} ms for {want} ms ({machine}); {}",
+            if attempt < 3 { "asking again" } else { "giving up" }
+        );
+    }
+    got
+}
+
 #[test]
 fn idle_path_rtt_matches_the_request_and_both_directions_are_delayed() {
     let _g = serial();
     for (tag, rtt, want) in [("a", "172ms", 172.0), ("b", "40ms", 40.0)] {
         let bed = Bed::up(tag, &["--rtt", rtt, "--rate", "off"]);
-        // The path's floor is the least RTT seen: a busy 2-core machine can hold one short
-        // transfer's every packet back a millisecond or two (seen once at 40 ms: 41.8), so up
-        // to three transfers are asked, and a delay line that is off stays off in all of them.
-        let mut got = f64::INFINITY;
-        for _ in 0..3 {
-            got = got.min(min_rtt_ms(&bed));
-            if (got - want).abs() <= want * 0.02 {
-                break;
-            }
-        }
+        let got = path_floor_ms(&bed, want);
         assert!(
             (got - want).abs() <= want * 0.02,
             "min_rtt {got} ms for --rtt {rtt}"
@@ -246,44 +259,13 @@ impl Punctuality {
     }
 }
 
-/// Steal and total CPU ticks of all CPUs so far (/proc/stat's `cpu` line).
-fn cpu_steal_and_total_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .skip(1)
-        .map(|t| t.parse().unwrap())
-        .collect();
-    // user nice system idle iowait irq softirq steal (guest time is inside user).
-    (ticks[7], ticks[..8].iter().sum())
-}
-
 /// One 86 Mb/s transfer through a fresh delay line: lossless, at the rate; returns what it
 /// showed of its punctuality.
 fn fast_transfer_punctuality(tag: &str) -> Punctuality {
     let bed = Bed::up(tag, &["--rate", "86mbit"]);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let control = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut late = vec![];
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let due = Instant::now() + Duration::from_millis(1);
-                std::thread::sleep(due.saturating_duration_since(Instant::now()));
-                late.push(Instant::now().saturating_duration_since(due).as_micros() as u64);
-            }
-            late.sort_unstable();
-            late.get(late.len() * 99 / 100).copied().unwrap_or(0)
-        })
-    };
-    let (steal0, total0) = cpu_steal_and_total_ticks();
+    let probe = MachineProbe::start();
     let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
-    let (steal1, total1) = cpu_steal_and_total_ticks();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let control_p99_us = control.join().unwrap();
+    let machine = probe.finish();
     let share = share_of_bottleneck(&s, 86e6);
     assert!(share >= 0.85, "86 Mb/s: {share:.3} of the payload rate");
     let st = bed.status();
@@ -300,8 +282,8 @@ fn fast_transfer_punctuality(tag: &str) -> Punctuality {
     Punctuality {
         late_p50_us: fwd["late_p50_us"].as_u64().unwrap(),
         late_p99_us: fwd["late_p99_us"].as_u64().unwrap(),
-        control_p99_us,
-        steal_share: (steal1 - steal0) as f64 / (total1 - total0).max(1) as f64,
+        control_p99_us: machine.control_p99_us,
+        steal_share: machine.steal_share,
     }
 }
 
@@ -899,7 +881,7 @@ fn the_default_delay_implementation_fits_the_kernel_and_keeps_the_rtt() {
     assert_eq!(st["delay_impl"], want, "{st}");
     let qdiscs = bed.tc("wan", &["qdisc", "show"]);
     assert_eq!(qdiscs.contains("netem"), netem, "{qdiscs}");
-    let got = min_rtt_ms(&bed);
+    let got = path_floor_ms(&bed, 100.0);
     assert!(
         (got - 100.0).abs() <= 2.0,
         "min_rtt {got} ms for --rtt 100ms with {want}"

@@ -665,3 +665,85 @@ pub fn payload_rate(summary: &serde_json::Value, rate_bps: f64) -> f64 {
 pub fn output_reference() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/output.md")).unwrap()
 }
+
+/// What the machine did to timing while a test measured: a control thread of the test's
+/// own process waking every millisecond (how late it woke), and the CPU time the
+/// hypervisor took (/proc/stat steal). Timing tests judge their figures against this, so
+/// that a busy host is said to be one instead of failing a test on noise.
+pub struct MachineProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    control: std::thread::JoinHandle<Vec<u64>>,
+    ticks: (u64, u64),
+}
+
+/// What a [`MachineProbe`] saw.
+#[derive(Debug, Clone, Copy)]
+pub struct MachineReport {
+    /// The control thread's wake-up lateness, p99 and worst, µs.
+    pub control_p99_us: u64,
+    pub control_max_us: u64,
+    /// Stolen CPU time as a share of all CPUs' time.
+    pub steal_share: f64,
+}
+
+impl std::fmt::Display for MachineReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a 1 ms timer thread beside it woke up to {} us late (p99 {} us); {:.2} % of CPU time stolen",
+            self.control_max_us,
+            self.control_p99_us,
+            self.steal_share * 100.0
+        )
+    }
+}
+
+/// Steal and total CPU ticks of all CPUs so far (/proc/stat's `cpu` line).
+pub fn cpu_steal_and_total_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .map(|t| t.parse().unwrap())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    (ticks[7], ticks[..8].iter().sum())
+}
+
+impl MachineProbe {
+    pub fn start() -> MachineProbe {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let control = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut late = vec![];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let due = Instant::now() + Duration::from_millis(1);
+                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                    late.push(Instant::now().saturating_duration_since(due).as_micros() as u64);
+                }
+                late
+            })
+        };
+        MachineProbe {
+            stop,
+            control,
+            ticks: cpu_steal_and_total_ticks(),
+        }
+    }
+
+    pub fn finish(self) -> MachineReport {
+        let (steal1, total1) = cpu_steal_and_total_ticks();
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut late = self.control.join().unwrap();
+        late.sort_unstable();
+        MachineReport {
+            control_p99_us: late.get(late.len() * 99 / 100).copied().unwrap_or(0),
+            control_max_us: late.last().copied().unwrap_or(0),
+            steal_share: (steal1 - self.ticks.0) as f64 / (total1 - self.ticks.1).max(1) as f64,
+        }
+    }
+}
