@@ -14,12 +14,17 @@ pub enum AddrError {
     Resolve(String, String),
     #[error("'{0}' resolves to no address")]
     NoAddress(String),
+    #[error("'{0}' resolves to no {1} address")]
+    NoAddressOf(String, &'static str),
+    /// A usage error: an address literal of the family not asked for.
+    #[error("'{0}' is not an address of the family asked for: {1}")]
+    WrongFamily(String, &'static str),
 }
 
 impl AddrError {
     /// Bad input (exit status 2) rather than a name the system could not resolve (1).
     pub fn is_usage(&self) -> bool {
-        matches!(self, AddrError::BadPort(_))
+        matches!(self, AddrError::BadPort(_) | AddrError::WrongFamily(..))
     }
 }
 
@@ -62,14 +67,51 @@ pub fn has_port(spec: &str) -> bool {
 
 /// [`resolve`] with `port` for text that names none (iperf's `-p`).
 pub fn resolve_with_port(spec: &str, port: u16) -> Result<SocketAddr, AddrError> {
-    if let Ok(sa) = spec.parse::<SocketAddr>() {
-        return Ok(sa);
+    resolve_in(spec, port, Family::Any)
+}
+
+/// Which addresses a name may resolve to (iperf's `-4` and `-6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Family {
+    #[default]
+    Any,
+    V4,
+    V6,
+}
+
+impl Family {
+    fn admits(self, a: &SocketAddr) -> bool {
+        match self {
+            Family::Any => true,
+            Family::V4 => a.is_ipv4(),
+            Family::V6 => a.is_ipv6(),
+        }
     }
-    if let Ok(ip) = spec
-        .trim_matches(|c| c == '[' || c == ']')
-        .parse::<std::net::IpAddr>()
-    {
-        return Ok(SocketAddr::new(ip, port));
+
+    fn name(self) -> &'static str {
+        match self {
+            Family::Any => "any address",
+            Family::V4 => "IPv4 (-4)",
+            Family::V6 => "IPv6 (-6)",
+        }
+    }
+}
+
+/// [`resolve_with_port`], taking the first address of `family`. An address literal of the
+/// other family is a usage error; a name with none of that family resolves to nothing.
+pub fn resolve_in(spec: &str, port: u16, family: Family) -> Result<SocketAddr, AddrError> {
+    let literal = spec.parse::<SocketAddr>().ok().or_else(|| {
+        spec.trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::IpAddr>()
+            .ok()
+            .map(|ip| SocketAddr::new(ip, port))
+    });
+    if let Some(sa) = literal {
+        return if family.admits(&sa) {
+            Ok(sa)
+        } else {
+            Err(AddrError::WrongFamily(spec.into(), family.name()))
+        };
     }
     check_syntax(spec)?;
     let with_port = if has_port(spec) {
@@ -80,13 +122,35 @@ pub fn resolve_with_port(spec: &str, port: u16) -> Result<SocketAddr, AddrError>
     with_port
         .to_socket_addrs()
         .map_err(|e| AddrError::Resolve(spec.into(), e.to_string()))?
-        .next()
-        .ok_or_else(|| AddrError::NoAddress(spec.into()))
+        .find(|a| family.admits(a))
+        .ok_or_else(|| match family {
+            Family::Any => AddrError::NoAddress(spec.into()),
+            f => AddrError::NoAddressOf(spec.into(), f.name()),
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_family_filters_names_and_refuses_literals_of_the_other() {
+        assert!(resolve_in("localhost", 9, Family::V4).unwrap().is_ipv4());
+        assert_eq!(
+            resolve_in("::1", 9, Family::V6).unwrap(),
+            "[::1]:9".parse().unwrap()
+        );
+        let wrong = resolve_in("127.0.0.1", 9, Family::V6).unwrap_err();
+        assert!(
+            wrong.is_usage() && wrong.to_string().contains("IPv6 (-6)"),
+            "{wrong}"
+        );
+        assert!(resolve_in("[::1]:9", 9, Family::V4).unwrap_err().is_usage());
+        assert_eq!(
+            resolve_in("198.18.0.2:7", 9, Family::Any).unwrap(),
+            "198.18.0.2:7".parse().unwrap()
+        );
+    }
 
     #[test]
     fn forms() {

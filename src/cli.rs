@@ -136,30 +136,74 @@ pub fn move_human_text_to_stderr() {
     HUMAN_TEXT_ON_STDERR.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// `say!`'s and `say_partial!`'s body: writes and never panics — a closed stdout
-/// (`sbm-sink | head`) must not crash a measurement whose real output is its files.
-pub fn say_fmt(args: std::fmt::Arguments<'_>, newline: bool) {
+/// `--logfile FILE`: what would go to stdout goes there instead (set once, by `main`).
+static LOGFILE: std::sync::OnceLock<std::sync::Mutex<std::fs::File>> = std::sync::OnceLock::new();
+
+/// From now on what would go to stdout is appended to `path` (iperf3's `--logfile`).
+pub fn log_to_file(path: &std::path::Path) -> Result<(), Failure> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Failure::env(format!("cannot open --logfile {}: {e}", path.display())))?;
+    LOGFILE
+        .set(std::sync::Mutex::new(file))
+        .map_err(|_| Failure::env("--logfile was set twice"))
+}
+
+/// Writes `text` where stdout's output goes: the log file, else stdout. Never panics.
+fn to_stdout_or_log(text: std::fmt::Arguments<'_>, newline: bool) {
     fn put(mut w: impl std::io::Write, args: std::fmt::Arguments<'_>, newline: bool) {
         let _ = w.write_fmt(args);
         if newline {
             let _ = w.write_all(b"\n");
         }
+        let _ = w.flush();
     }
+    match LOGFILE.get() {
+        Some(file) => {
+            let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
+            put(&mut *f, text, newline);
+        }
+        None => put(std::io::stdout().lock(), text, newline),
+    }
+}
+
+/// `say!`'s and `say_partial!`'s body: writes and never panics — a closed stdout
+/// (`sbm-sink | head`) must not crash a measurement whose real output is its files.
+pub fn say_fmt(args: std::fmt::Arguments<'_>, newline: bool) {
     if HUMAN_TEXT_ON_STDERR.load(std::sync::atomic::Ordering::Relaxed) {
-        put(std::io::stderr().lock(), args, newline);
+        let mut err = std::io::stderr().lock();
+        let _ = std::io::Write::write_fmt(&mut err, args);
+        if newline {
+            let _ = std::io::Write::write_all(&mut err, b"\n");
+        }
     } else {
-        put(std::io::stdout().lock(), args, newline);
+        to_stdout_or_log(args, newline);
     }
 }
 
 /// The one JSON document of `-J/--json` on stdout, pretty-printed with a final newline.
 /// Nothing else is on stdout in that mode (see [`move_human_text_to_stderr`]).
 pub fn print_json_document(value: &impl serde::Serialize) {
-    use std::io::Write as _;
     let text = serde_json::to_string_pretty(value).expect("the schema serializes");
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{text}");
-    let _ = out.flush();
+    to_stdout_or_log(format_args!("{text}"), true);
+}
+
+/// One line of `--json-stream` on stdout, as iperf3 writes them:
+/// `{"event": EVENT, "data": DATA}`, with `"flow": K` for one flow of several.
+pub fn print_json_event(event: &str, flow: Option<usize>, data: &impl serde::Serialize) {
+    // Written by hand so that "event" comes first, as in iperf3's lines (a JSON map here
+    // would sort its keys).
+    let event = serde_json::to_string(event).expect("a string serializes");
+    let data = serde_json::to_string(data).expect("the schema serializes");
+    match flow {
+        Some(k) => to_stdout_or_log(
+            format_args!("{{\"event\":{event},\"flow\":{k},\"data\":{data}}}"),
+            true,
+        ),
+        None => to_stdout_or_log(format_args!("{{\"event\":{event},\"data\":{data}}}"), true),
+    }
 }
 
 /// `println!` for human text (stdout, or stderr under `-J`); never panics.

@@ -1345,3 +1345,146 @@ fn iperf3_on_the_other_end_is_named_within_two_seconds() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
     let _ = server.wait(Duration::from_secs(10));
 }
+
+/// More of iperf3's flags, meaning what they mean there: `-n` bytes, `-k` writes, `-w` the
+/// (send) socket buffer, `-C` congestion control, `-O` the omitted first seconds, `-4`/`-6`
+/// the address family, `--json-stream` one event per line, `--logfile`, `--forceflush`, and
+/// `-J` saying a failure as `{"error": …}` on stdout.
+#[test]
+fn iperf3_flags_and_json_streams_mean_what_iperf3_means() {
+    let sink = Sink::start("127.0.0.1:0", &["-q", "--idle-timeout", "30"]);
+    let (host, port) = sink.addr.rsplit_once(':').unwrap();
+    let res = run(
+        "sbm-send",
+        &[
+            "-c",
+            "localhost",
+            "-4",
+            "-p",
+            port,
+            "-n",
+            "4M",
+            "-w",
+            "1M",
+            "-C",
+            "cubic",
+            "-O",
+            "0.2",
+            "-i",
+            "0.2",
+            "--forceflush",
+            "--json-stream",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    let events: Vec<serde_json::Value> = res
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not one JSON line ({e}): {l}")))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"start"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"end"), "{kinds:?}");
+    assert!(
+        kinds[1..kinds.len() - 1].iter().all(|k| *k == "interval"),
+        "{kinds:?}"
+    );
+    assert!(res.stdout.lines().all(|l| l.starts_with("{\"event\":")));
+    let start = &events[0]["data"];
+    assert_eq!(
+        start["peer"],
+        format!("{host}:{port}"),
+        "-4 resolved localhost to IPv4"
+    );
+    let end = &events.last().unwrap()["data"];
+    assert_eq!(end["config"]["bytes_limit"], 4 << 20, "{}", end["config"]);
+    assert_eq!(end["config"]["warmup_s"], 0.2);
+    assert!(end["totals"]["bytes_written"].as_u64().unwrap() >= 4 << 20);
+    let option = |name: &str| {
+        end["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == name)
+            .unwrap_or_else(|| panic!("no option {name}: {}", end["options"]))
+            .clone()
+    };
+    assert_eq!(option("congestion")["effective"], "cubic");
+    assert_eq!(
+        option("sndbuf")["requested"],
+        "1048576",
+        "{}",
+        option("sndbuf")
+    );
+    // The interval events are intervals.csv's rows.
+    let interval_sum: f64 = events
+        .iter()
+        .filter(|e| e["event"] == "interval")
+        .map(|e| e["data"]["bytes_acked"].as_f64().unwrap())
+        .sum();
+    assert!(interval_sum > 0.0);
+    // The human text went to stderr.
+    assert!(res.stderr.contains("sbm-send 0.1.0:"), "{}", res.stderr);
+
+    // -k: exactly that many writes; --logfile: stdout empty, the text in the file.
+    let dir = tempdir("iperf3-flags");
+    let log = dir.join("send.log");
+    let res = run(
+        "sbm-send",
+        &[
+            "-c",
+            &sink.addr,
+            "-k",
+            "50",
+            "--logfile",
+            log.to_str().unwrap(),
+            "-J",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    assert!(res.stdout.is_empty(), "{}", res.stdout);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    assert_eq!(doc["totals"]["writes"], 50);
+    sink.stop();
+
+    // -J on a refused connection: the error as JSON on stdout, and status 1.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let res = run("sbm-send", &["-c", &closed, "-J"], Duration::from_secs(30));
+    assert_eq!(res.code(), Some(1), "{}", res.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&res.stdout).unwrap();
+    assert!(
+        doc["error"]
+            .as_str()
+            .unwrap()
+            .contains("connection refused"),
+        "{doc}"
+    );
+    assert_eq!(res.stderr.lines().count(), 1, "{}", res.stderr);
+    // --json-stream says it as an error event.
+    let res = run(
+        "sbm-send",
+        &["-c", &closed, "--json-stream"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(res.code(), Some(1));
+    let ev: serde_json::Value = serde_json::from_str(res.stdout.trim()).unwrap();
+    assert_eq!(ev["event"], "error", "{ev}");
+    // -6 with an IPv4 address: one line, status 2.
+    let res = run(
+        "sbm-send",
+        &["-c", "127.0.0.1", "-6"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(res.code(), Some(2), "{}", res.stderr);
+    assert!(res.stderr.contains("IPv6 (-6)"), "{}", res.stderr);
+}

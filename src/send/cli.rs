@@ -77,12 +77,12 @@ pub struct SendArgs {
     #[arg(short = 't', long, value_parser = units::parse_seconds, value_name = "DUR")]
     pub time: Option<Duration>,
 
-    /// Stop writing after this many bytes have been accepted.
-    #[arg(long, value_parser = units::parse_bytes, value_name = "BYTES")]
+    /// Stop writing after this many bytes have been accepted (iperf's -n).
+    #[arg(short = 'n', long, value_parser = units::parse_bytes, value_name = "BYTES")]
     pub bytes: Option<u64>,
 
-    /// Stop writing after this many writes.
-    #[arg(long, value_parser = parse_count, value_name = "N")]
+    /// Stop writing after this many writes (iperf3's -k/--blockcount).
+    #[arg(short = 'k', long, visible_alias = "blockcount", value_parser = parse_count, value_name = "N")]
     pub writes: Option<u64>,
 
     /// Bytes per write: exactly one write of this size per write invitation.
@@ -94,8 +94,8 @@ pub struct SendArgs {
     pub interval: Duration,
 
     /// Exclude writes made in the first DUR from the summary statistics (rows are still
-    /// written, marked warmup).
-    #[arg(long, default_value = "0s", value_parser = units::parse_seconds_or_zero, value_name = "DUR")]
+    /// written, marked warmup; interval lines are still printed). iperf3's -O/--omit.
+    #[arg(short = 'O', long, visible_alias = "omit", default_value = "0s", value_parser = units::parse_seconds_or_zero, value_name = "DUR")]
     pub warmup: Duration,
 
     /// Directory for writes.csv, intervals.csv and summary.json (created if missing).
@@ -119,8 +119,9 @@ pub struct SendArgs {
     pub notsent_lowat: Option<u32>,
 
     /// The value given to SO_SNDBUF (Linux doubles it and stops autotuning); SO_SNDBUFFORCE
-    /// is used when root and the value is above net.core.wmem_max.
-    #[arg(long, value_parser = parse_u32_bytes, value_name = "BYTES")]
+    /// is used when root and the value is above net.core.wmem_max. iperf's -w/--window, but
+    /// the send buffer only (the receiver's is sbm-sink's --rcvbuf).
+    #[arg(short = 'w', long, visible_alias = "window", value_parser = parse_u32_bytes, value_name = "BYTES")]
     pub sndbuf: Option<u32>,
 
     /// TCP_REPLENISH_TIME: writable while the unsent backlog would drain within DUR
@@ -160,7 +161,12 @@ pub struct SendArgs {
 
     /// Congestion control (TCP_CONGESTION), e.g. cubic, bbr, reno. With -P a comma-separated
     /// list is dealt to the flows in turn: `-P 2 --cc bbr,cubic` runs BBR beside CUBIC.
-    #[arg(long, value_name = "NAME[,NAME…]")]
+    #[arg(
+        short = 'C',
+        long,
+        visible_alias = "congestion",
+        value_name = "NAME[,NAME…]"
+    )]
     pub cc: Option<String>,
 
     /// SO_RCVBUF for the timestamp error queue (default 16MiB, forced when root). Small
@@ -249,6 +255,30 @@ pub struct SendArgs {
     /// else there: the banner, interval lines and notes go to stderr (iperf's -J).
     #[arg(short = 'J', long)]
     pub json: bool,
+
+    /// One JSON object per line on stdout, as iperf3's --json-stream: `start` (the
+    /// connection), an `interval` per interval line (per flow with -P), `end` (the summary)
+    /// or `error`; the human text goes to stderr.
+    #[arg(long, conflicts_with = "json")]
+    pub json_stream: bool,
+
+    /// Write what would go to stdout (the human text, or -J's document and --json-stream's
+    /// lines) to FILE instead, appended, as iperf3's --logfile; errors stay on stderr.
+    #[arg(long, value_name = "FILE")]
+    pub logfile: Option<PathBuf>,
+
+    /// Accepted for iperf3's habit and does nothing more: sbm already writes every line out
+    /// as it is made (its stdout is flushed at each newline, to a pipe or file too).
+    #[arg(long)]
+    pub forceflush: bool,
+
+    /// Resolve --connect (and -B) to IPv4 addresses only (iperf's -4).
+    #[arg(short = '4', long = "version4", conflicts_with = "version6")]
+    pub version4: bool,
+
+    /// Resolve --connect (and -B) to IPv6 addresses only (iperf's -6).
+    #[arg(short = '6', long = "version6")]
+    pub version6: bool,
 
     #[command(flatten)]
     pub source: SourceArgs,
@@ -345,6 +375,8 @@ pub struct Endpoints {
     pub connect: String,
     pub port: Option<u16>,
     pub bind: Option<String>,
+    /// `-4`/`-6`.
+    pub family: crate::addr::Family,
 }
 
 impl Endpoints {
@@ -370,12 +402,12 @@ impl Endpoints {
     /// The peer, and the local address to bind (None: the kernel's choice).
     fn resolve(&self) -> Result<(std::net::SocketAddr, Option<std::net::SocketAddr>), ArgsError> {
         let port = self.port.unwrap_or(crate::addr::DEFAULT_PORT);
-        let peer =
-            crate::addr::resolve_with_port(&self.connect, port).map_err(ArgsError::Resolve)?;
+        let peer = crate::addr::resolve_in(&self.connect, port, self.family)
+            .map_err(ArgsError::Resolve)?;
         let Some(bind) = &self.bind else {
             return Ok((peer, None));
         };
-        let local = crate::addr::resolve_with_port(bind, 0).map_err(ArgsError::Resolve)?;
+        let local = crate::addr::resolve_in(bind, 0, self.family).map_err(ArgsError::Resolve)?;
         if local.is_ipv4() != peer.is_ipv4() {
             return Err(ArgsError::Usage(format!(
                 "--bind {bind} ({local}) and the peer {peer} are of different address families"
@@ -402,6 +434,11 @@ impl SendArgs {
             connect: self.connect.clone(),
             port: self.port,
             bind: self.bind.clone(),
+            family: match (self.version4, self.version6) {
+                (true, _) => crate::addr::Family::V4,
+                (_, true) => crate::addr::Family::V6,
+                _ => crate::addr::Family::Any,
+            },
         };
         connect.check()?;
         if let Some(cc) = &self.cc {
@@ -543,6 +580,7 @@ impl SendArgs {
             source,
             reply_timeout: self.reply_timeout,
             quiet: self.quiet,
+            json_stream: self.json_stream,
             interval_tap: None,
         };
         // A build without BPF says so here, before a matrix builds a path for the cell.

@@ -71,6 +71,8 @@ pub struct SendConfig {
     /// How long to wait for the sink's reply after the last write.
     pub reply_timeout: Duration,
     pub quiet: bool,
+    /// `--json-stream`: an event line on stdout per interval (and at the start).
+    pub json_stream: bool,
     /// One flow of several (`-P`): its interval rows go to the owner, which prints them.
     pub interval_tap: Option<IntervalTap>,
 }

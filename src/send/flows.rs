@@ -31,6 +31,8 @@ struct Lines {
     interval_s: f64,
     rows: BTreeMap<u64, Vec<Option<IntervalRow>>>,
     quiet: bool,
+    /// `--json-stream`: each flow's row as an event line too.
+    json_stream: bool,
     /// The column header is printed once, above the first interval's lines (after the
     /// flows' banners, as iperf does).
     header_printed: bool,
@@ -57,6 +59,13 @@ impl Lines {
     }
 
     fn print(&mut self, slots: &[Option<IntervalRow>]) {
+        if self.json_stream {
+            for (i, row) in slots.iter().enumerate() {
+                if let Some(r) = row {
+                    crate::cli::print_json_event("interval", Some(i + 1), r);
+                }
+            }
+        }
         if self.quiet {
             return;
         }
@@ -162,6 +171,7 @@ pub fn run_flows(
         interval_s: cfg.interval.as_secs_f64(),
         rows: BTreeMap::new(),
         quiet: cfg.quiet,
+        json_stream: cfg.json_stream,
         header_printed: false,
     };
     loop {
@@ -267,6 +277,7 @@ mod tests {
             interval_s: 1.0,
             rows: BTreeMap::new(),
             quiet: true,
+            json_stream: false,
             header_printed: false,
         };
         l.add(1, row(0.0, 10));

@@ -22,30 +22,51 @@ where
 {
     crate::cli::main_with(args, |args: cli::SendArgs| {
         let json = args.json;
-        let parallel = usize::from(args.parallel);
-        if json {
+        let json_stream = args.json_stream;
+        if let Some(path) = &args.logfile {
+            crate::cli::log_to_file(path)?;
+        }
+        if json || json_stream {
             crate::cli::move_human_text_to_stderr();
         }
-        let cfg = args.into_config().map_err(|e| crate::cli::Failure {
-            status: e.exit_status(),
-            message: e.to_string(),
-        })?;
-        // Before any socket exists: the programs act on sockets created in their cgroup.
-        let (_programs, attached) = programs::start(&cfg).map_err(crate::cli::Failure::env)?;
-        if parallel > 1 {
-            return run_parallel(&cfg, parallel, json, attached);
+        let result = run_from_args(args);
+        // As iperf3: a failure is also said in the JSON a script is reading.
+        if let Err(f) = &result {
+            if json {
+                crate::cli::print_json_document(&serde_json::json!({ "error": f.message }));
+            } else if json_stream {
+                crate::cli::print_json_event("error", None, &f.message);
+            }
         }
-        let outcome = run::run_attached(&cfg, attached).map_err(crate::cli::Failure::env)?;
-        if json {
-            crate::cli::print_json_document(&outcome.summary);
-        } else {
-            crate::say!(
-                "{}",
-                crate::report::human::send_summary_text(&outcome.summary)
-            );
-        }
-        Ok(outcome.exit_code)
+        result
     })
+}
+
+fn run_from_args(args: cli::SendArgs) -> Result<i32, crate::cli::Failure> {
+    let json = args.json;
+    let parallel = usize::from(args.parallel);
+    let cfg = args.into_config().map_err(|e| crate::cli::Failure {
+        status: e.exit_status(),
+        message: e.to_string(),
+    })?;
+    // Before any socket exists: the programs act on sockets created in their cgroup.
+    let (_programs, attached) = programs::start(&cfg).map_err(crate::cli::Failure::env)?;
+    if parallel > 1 {
+        return run_parallel(&cfg, parallel, json, attached);
+    }
+    let outcome = run::run_attached(&cfg, attached).map_err(crate::cli::Failure::env)?;
+    if json {
+        crate::cli::print_json_document(&outcome.summary);
+    } else {
+        if cfg.json_stream {
+            crate::cli::print_json_event("end", None, &outcome.summary);
+        }
+        crate::say!(
+            "{}",
+            crate::report::human::send_summary_text(&outcome.summary)
+        );
+    }
+    Ok(outcome.exit_code)
 }
 
 /// `-P N`: the flows, their totals (or `-J`'s document) and flows.json beside their
@@ -69,6 +90,9 @@ fn run_parallel(
     if json {
         crate::cli::print_json_document(&outcome.summary);
     } else {
+        if cfg.json_stream {
+            crate::cli::print_json_event("end", None, &outcome.summary);
+        }
         crate::say!("{}", flows::totals_text(&outcome.summary));
     }
     Ok(outcome.exit_code)

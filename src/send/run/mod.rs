@@ -489,8 +489,13 @@ impl<'a> Sender<'a> {
         if let Some(tap) = &self.cfg.interval_tap {
             // One flow of several: the owner prints per-flow and SUM lines together.
             let _ = tap.rows.send((tap.flow, row.clone()));
-        } else if !self.cfg.quiet {
-            crate::say!("{}", human::send_interval_line(&row));
+        } else {
+            if self.cfg.json_stream {
+                crate::cli::print_json_event("interval", None, &row);
+            }
+            if !self.cfg.quiet {
+                crate::say!("{}", human::send_interval_line(&row));
+            }
         }
         self.out
             .write_interval(&row)
@@ -839,6 +844,19 @@ pub fn run_with_stop(
         warnings.push("timestamping: kernel refused OPT_ID_TCP; keys use OPT_ID (same base before the first write)".into());
     }
     print_banner(cfg, &local, &options, timestamping, first_info.snd_mss);
+    if cfg.json_stream {
+        let start = serde_json::json!({
+            "sbm_version": env!("CARGO_PKG_VERSION"),
+            "local": local,
+            "peer": cfg.peer.to_string(),
+            "kernel": crate::sysinfo::kernel_release(),
+            "mss": first_info.snd_mss,
+            "write_size": cfg.write_size,
+            "options": &options,
+        });
+        let flow = cfg.interval_tap.as_ref().map(|t| t.flow);
+        crate::cli::print_json_event("start", flow, &start);
+    }
     let tag = cfg.line_tag();
     crate::say!("{tag}{}", human::policy_line(&policy));
     if cfg.burst > 1 {
