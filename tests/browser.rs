@@ -2,7 +2,9 @@
 //! configurations × two repetitions on the emulated path), every page loaded in headless
 //! chromium over the DevTools protocol with its console captured. No page may log an error
 //! or throw; every image must have loaded with a size; every link must point at a file that
-//! exists; every plot must have drawn data. A screenshot of the index page is saved under
+//! exists; every plot must have drawn data, with no label cut at its edge or printed over
+//! another (laid out by the browser: the text's boxes), and a status shown in the colour
+//! of what it means, times as UTC dates. A screenshot of the index page is saved under
 //! the test's output directory (not committed). Needs root (the emulated path) and
 //! Debian's chromium-headless-shell (or chromium; $SBM_CHROMIUM names another).
 
@@ -289,6 +291,82 @@ fn load(b: &mut Browser, page: &Path, screenshot: bool) -> Loaded {
     }
 }
 
+/// Opens `page` in a new tab, evaluates `expression` (returning a JSON string) and closes it.
+fn evaluate(b: &mut Browser, page: &Path, expression: &str) -> Value {
+    let target = b.call(None, "Target.createTarget", json!({"url": "about:blank"}));
+    let target_id = target["targetId"].as_str().unwrap().to_string();
+    let attached = b.call(
+        None,
+        "Target.attachToTarget",
+        json!({"targetId": target_id, "flatten": true}),
+    );
+    let s = attached["sessionId"].as_str().unwrap().to_string();
+    b.call(Some(s.as_str()), "Page.enable", json!({}));
+    let url = format!("file://{}", page.display());
+    b.call(Some(s.as_str()), "Page.navigate", json!({ "url": url }));
+    b.wait_event(&s, "Page.loadEventFired");
+    let r = b.call(
+        Some(s.as_str()),
+        "Runtime.evaluate",
+        json!({"expression": expression, "returnByValue": true}),
+    );
+    b.call(None, "Target.closeTarget", json!({"targetId": target_id}));
+    serde_json::from_str(r["result"]["value"].as_str().unwrap_or("null")).unwrap()
+}
+
+/// What a plot's text looks like as the browser lays it out (rotated labels as drawn, at
+/// the picture's own size): every label inside the
+/// picture (a legend cut at the edge reads "NOTSENT_LOWAT tuned to th"), and no two labels
+/// over one another.
+fn plot_text_problems(b: &mut Browser, svg: &Path) -> Vec<String> {
+    let found = evaluate(
+        b,
+        svg,
+        "JSON.stringify((() => {\
+            const svg = document.documentElement;\
+            const width = svg.viewBox.baseVal.width;\
+            const origin = svg.getBoundingClientRect();\
+            const boxes = Array.from(document.querySelectorAll('text'))\
+                .filter(t => t.textContent.trim() !== '')\
+                .map(t => { const b = t.getBoundingClientRect(); return [t.textContent, b.left - origin.left, b.top - origin.top, b.right - origin.left, b.bottom - origin.top]; });\
+            return {width, boxes};\
+        })())",
+    );
+    let name = svg.file_name().unwrap().to_string_lossy().into_owned();
+    let width = found["width"].as_f64().unwrap();
+    let boxes: Vec<(String, [f64; 4])> = found["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let n = |i: usize| b[i].as_f64().unwrap();
+            (b[0].as_str().unwrap().to_string(), [n(1), n(2), n(3), n(4)])
+        })
+        .collect();
+    let mut problems = vec![];
+    for (text, r) in &boxes {
+        if r[0] < -0.5 || r[2] > width + 0.5 {
+            problems.push(format!(
+                "{name}: \"{text}\" is cut at the picture's edge ({:.0}–{:.0} of {width})",
+                r[0], r[2]
+            ));
+        }
+    }
+    // Overlap by more than a pixel each way (glyph boxes of neighbouring lines touch).
+    for (i, (ta, a)) in boxes.iter().enumerate() {
+        for (tb, b) in &boxes[i + 1..] {
+            let dx = a[2].min(b[2]) - a[0].max(b[0]);
+            let dy = a[3].min(b[3]) - a[1].max(b[1]);
+            if dx > 1.0 && dy > 1.0 {
+                problems.push(format!(
+                    "{name}: \"{ta}\" and \"{tb}\" print over each other"
+                ));
+            }
+        }
+    }
+    problems
+}
+
 fn file_of(url: &str) -> PathBuf {
     let path = url.strip_prefix("file://").unwrap_or(url);
     let path = path.split(['#', '?']).next().unwrap();
@@ -333,6 +411,7 @@ fn every_report_page_loads_clean_with_its_plots_and_links() {
     let mut browser = Browser::start(dir.join("profile"));
     let mut problems = vec![];
     let mut plots_seen = 0;
+    let mut svg_checked = std::collections::HashSet::new();
     for page in &pages {
         let is_index = page.ends_with("index.html");
         let loaded = load(&mut browser, page, is_index);
@@ -351,11 +430,41 @@ fn every_report_page_loads_clean_with_its_plots_and_links() {
                 problems.push(format!("{name}: plot {src} has no data drawn"));
             }
             plots_seen += 1;
+            if svg_checked.insert(src.clone()) {
+                problems.extend(plot_text_problems(&mut browser, &file_of(src)));
+                // A TX_SCHED series says whether it is a measurement or an upper bound.
+                if svg.contains(">TX_SCHED</text>") {
+                    problems.push(format!(
+                        "{src}: a bare TX_SCHED legend (own report or bound?)"
+                    ));
+                }
+            }
         }
         for link in &loaded.links {
             if !file_of(link).exists() {
                 problems.push(format!("{name}: link {link} leads nowhere"));
             }
+        }
+        // Status in the colour of what it means (an `ok` in red reads as a failure), and
+        // times as dates.
+        let look = evaluate(
+            &mut browser,
+            page,
+            "JSON.stringify({\
+                ok: Array.from(document.querySelectorAll('.status-ok')).map(e => getComputedStyle(e).color),\
+                text: document.body.innerText})",
+        );
+        for color in look["ok"].as_array().unwrap() {
+            if color != "rgb(0, 102, 0)" {
+                problems.push(format!("{name}: status ok drawn in {color}"));
+            }
+        }
+        let text = look["text"].as_str().unwrap_or("");
+        if !is_index && look["ok"].as_array().unwrap().is_empty() {
+            problems.push(format!("{name}: no status ok shown in its colour"));
+        }
+        if is_index && (!text.contains(" UTC") || text.contains("unix time")) {
+            problems.push(format!("{name}: the wall time is not given as UTC dates"));
         }
         if is_index {
             // Every figure of the table links to its runs' pages.

@@ -13,8 +13,11 @@ use crate::report::compressed;
 pub struct WriteSeries {
     /// The snd_nxt sampler's sojourn per write (ms).
     pub sampled: Vec<(f64, f64)>,
-    /// TX_SCHED's sojourn per write (ms), exact and coalesced reports.
+    /// TX_SCHED's sojourn per write (ms) from the write's own report (`exact`).
     pub sched: Vec<(f64, f64)>,
+    /// TX_SCHED's sojourn per write (ms) from a later write's report (`coalesced`,
+    /// `displaced`): upper bounds, not measurements.
+    pub sched_bound: Vec<(f64, f64)>,
     /// Writes per second by `invite_reason` (second k covers [k, k+1)).
     pub invitations: BTreeMap<String, Vec<(f64, f64)>>,
     /// When the warm-up ended: the first write after it.
@@ -33,11 +36,12 @@ impl WriteSeries {
         let Some(iw) = idx("write_ns") else {
             return WriteSeries::default();
         };
-        let (isamp, isched, ireason, iwarm) = (
+        let (isamp, isched, ireason, iwarm, iattr) = (
             idx("sampled_sojourn_us"),
             idx("sojourn_us"),
             idx("invite_reason"),
             idx("warmup"),
+            idx("attribution"),
         );
         let mut out = WriteSeries::default();
         let mut per_second: BTreeMap<String, BTreeMap<u64, u64>> = BTreeMap::new();
@@ -54,7 +58,11 @@ impl WriteSeries {
                 out.sampled.push((t, s / 1e3));
             }
             if let Some(s) = num(&rec, isched) {
-                out.sched.push((t, s / 1e3));
+                // Files without the column (sbm-trace's departures) are their own reports.
+                match iattr.and_then(|i| rec.get(i)) {
+                    Some("coalesced" | "displaced") => out.sched_bound.push((t, s / 1e3)),
+                    _ => out.sched.push((t, s / 1e3)),
+                }
             }
             if let Some(reason) = ireason.and_then(|i| rec.get(i)).filter(|r| !r.is_empty()) {
                 *per_second

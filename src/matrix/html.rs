@@ -19,8 +19,13 @@ use super::spec::{Cell, MatrixSpec};
 const CSS: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:80em;padding:0 1em;color:#222}\
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .5em;vertical-align:top;text-align:left}\
 th{background:#f3f3f3}code{background:#f6f6f6;padding:0 .2em}img.plot{max-width:100%;border:1px solid #eee;margin:.5em 0}\
-nav a{margin-right:1em}.runs a{margin-right:.4em;font-size:90%}strong{color:#a00}pre{background:#f6f6f6;padding:.5em;overflow:auto;max-height:30em}\
+nav a{margin-right:1em}.runs a{margin-right:.4em;font-size:90%}strong{color:#a00}\
+.status-ok{color:#060;font-weight:600}.status-failed,.status-not-run{color:#a00;font-weight:600}.status-interrupted{color:#a50;font-weight:600}\
+summary{cursor:pointer;color:#245}pre{background:#f6f6f6;padding:.5em;overflow:auto;max-height:30em}\
 dt{font-weight:600}dd{margin:0 0 .4em 1.5em}";
+
+/// Tables with more rows than this are folded (`<details>`).
+const FOLD_ROWS: usize = 12;
 
 /// Text as HTML (element content and attribute values alike).
 pub fn escape(s: &str) -> String {
@@ -90,7 +95,18 @@ pub fn md_to_html(md: &str, link: &dyn Fn(&str) -> Option<String>) -> String {
             while i < lines.len() && lines[i].starts_with('|') {
                 i += 1;
             }
-            out.push_str(&table_html(&lines[start..i], link));
+            let table = table_html(&lines[start..i], link);
+            // A long table (per-cell estimator figures, say) folds, so that the page's
+            // plots and notes are not pushed pages down.
+            let rows = i - start - 2;
+            if rows > FOLD_ROWS {
+                let _ = writeln!(
+                    out,
+                    "<details><summary>table of {rows} rows (click to show)</summary>\n{table}</details>"
+                );
+            } else {
+                out.push_str(&table);
+            }
         } else if line.starts_with("- ") {
             out.push_str("<ul>\n");
             while i < lines.len() && lines[i].starts_with("- ") {
@@ -226,9 +242,7 @@ pub fn index_html(
     );
     body.push_str(&facts_html(facts, rows));
     body.push_str(&main_table_html(spec, &groups));
-    let known: Vec<&str> = rows.iter().map(|r| r.cell.as_str()).collect();
-    let link = |text: &str| known.contains(&text).then(|| cell_href(text));
-    body.push_str(&md_to_html(&report::notes_md(spec, rows, &groups), &link));
+    // The plots before the notes: the notes' long tables would push them pages down.
     let run_plots: Vec<&String> = plots.iter().filter(|p| !p.starts_with("cell-")).collect();
     if !run_plots.is_empty() {
         body.push_str("<h2>Plots</h2>\n");
@@ -240,6 +254,9 @@ pub fn index_html(
             );
         }
     }
+    let known: Vec<&str> = rows.iter().map(|r| r.cell.as_str()).collect();
+    let link = |text: &str| known.contains(&text).then(|| cell_href(text));
+    body.push_str(&md_to_html(&report::notes_md(spec, rows, &groups), &link));
     body.push_str("<h2>Files</h2>\n<ul>\n");
     for (file, what) in [
         ("table.md", "this table as markdown"),
@@ -284,13 +301,17 @@ fn facts_html(f: &RunFacts, rows: &[SummaryRow]) -> String {
     item("sbm", list(&f.sbm_versions));
     item("commits", list(&f.commits));
     if let (Some(a), Some(b)) = (f.started_unix_s, f.ended_unix_s) {
-        item(
-            "wall time",
+        item("wall time", {
+            let d = b.saturating_sub(a);
             format!(
-                "{} s from the first cell's start to the last one's end (unix time {a} to {b})",
-                b.saturating_sub(a)
-            ),
-        );
+                    "{}:{:02}:{:02} (h:mm:ss) from the first cell's start, {}, to the last one's end, {}",
+                    d / 3600,
+                    d / 60 % 60,
+                    d % 60,
+                    crate::clock::utc_date_time(a),
+                    crate::clock::utc_date_time(b)
+                )
+        });
     }
     out.push_str("</dl>\n");
     out
@@ -348,7 +369,7 @@ pub fn cell_html(
     let mut body = format!("<h1>{}</h1>\n", escape(&cell.name));
     let _ = writeln!(
         body,
-        "<p>{} at {}, {} writes, {}, {}{}, repetition {}: <strong>{}</strong>{}</p>",
+        "<p>{} at {}, {} writes, {}, {}{}, repetition {}: <span class=\"status-{}\">{}</span>{}</p>",
         escape(&row.config),
         escape(&rate_header(&row.rate)),
         escape(&row.write_size),
@@ -356,6 +377,7 @@ pub fn cell_html(
         if row.nodelay { "TCP_NODELAY, " } else { "" },
         escape(&row.sender_kernel),
         row.repetition,
+        row.status.name().replace(' ', "-"),
         escape(row.status.name()),
         row.error
             .as_ref()

@@ -649,8 +649,15 @@ pub(super) fn write_plots(
                     style: Style::Points,
                 },
                 Series {
-                    name: "TX_SCHED".into(),
+                    name: "TX_SCHED, the write's own report".into(),
                     points: thin(writes.sched, 1200),
+                    style: Style::Points,
+                },
+                Series {
+                    // A later write's report: when the write had left at the latest, not
+                    // when it left (a reader must not quote these as measurements).
+                    name: "TX_SCHED of a later write: an upper bound".into(),
+                    points: thin(writes.sched_bound, 1200),
                     style: Style::Points,
                 },
             ],
@@ -850,12 +857,33 @@ pub(super) fn write_plots(
                 ))
             })
             .collect();
-        chart.annotations.extend(pts.iter().cloned());
+        // One label per configuration and rate, at its median run (the repetitions sit
+        // together; a label each would print over one another).
+        let mut configs: Vec<&str> = pts.iter().map(|p| p.2.as_str()).collect();
+        configs.dedup();
+        for config in configs {
+            let mut own: Vec<&(f64, f64, String)> = pts.iter().filter(|p| p.2 == config).collect();
+            own.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mid = own[own.len() / 2];
+            chart.annotations.push(mid.clone());
+        }
         chart.series.push(Series {
             name: rate_header(rate),
             points: pts.iter().map(|p| (p.0, p.1)).collect(),
             style: Style::Points,
         });
+    }
+    // Goodputs of 100 kb/s and 86 Mb/s on one linear axis put the slow ones at 0: a log
+    // axis when they span two decades or more.
+    let goodputs = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|g| *g > 0.0);
+    let (lo, hi) = goodputs.fold((f64::MAX, 0.0_f64), |(lo, hi), g| (lo.min(g), hi.max(g)));
+    if hi / lo >= 100.0 {
+        chart.y_log = true;
+        chart.y_label = "goodput (Mb/s, log)".into();
     }
     write("goodput-vs-sojourn.svg", &[chart])
 }

@@ -22,6 +22,8 @@ pub struct Chart {
     pub x_label: String,
     pub y_label: String,
     pub x_log: bool,
+    /// A log y axis (values that span decades); points at or below 0 are not drawn.
+    pub y_log: bool,
     pub series: Vec<Series>,
     /// Labels drawn next to points: (x, y, text).
     pub annotations: Vec<(f64, f64, String)>,
@@ -38,6 +40,50 @@ const MARGIN_L: f64 = 70.0;
 const MARGIN_R: f64 = 190.0;
 const MARGIN_T: f64 = 34.0;
 const MARGIN_B: f64 = 48.0;
+/// Text widths are not known while writing SVG: a label is taken to be this wide per
+/// character and font pixel (DejaVu Sans's capitals and digits are ~0.63–0.72 em), so
+/// that legends wrap and labels keep apart wherever the browser's font is no wider.
+const EM_PER_CHAR: f64 = 0.7;
+/// Legend text: its font size and the characters a line holds in the right margin.
+const LEGEND_FONT: f64 = 11.0;
+const LEGEND_LINE: f64 = 13.0;
+
+/// Words of `text` in lines of at most `max` characters (a longer word is cut).
+fn wrap(text: &str, max: usize) -> Vec<String> {
+    let mut lines: Vec<String> = vec![];
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let mut word: Vec<char> = word.chars().collect();
+        while word.len() > max {
+            if !line.is_empty() {
+                lines.push(std::mem::take(&mut line));
+            }
+            lines.push(word.drain(..max).collect());
+        }
+        let word: String = word.into_iter().collect();
+        if word.is_empty() {
+            continue;
+        }
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > max {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&word);
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// A label's box as placed: (left, top, right, bottom).
+type TextBox = (f64, f64, f64, f64);
+
+fn overlaps(a: TextBox, b: TextBox) -> bool {
+    a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3
+}
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -95,7 +141,7 @@ fn bounds(chart: &Chart) -> Option<(f64, f64, f64, f64)> {
         .series
         .iter()
         .flat_map(|s| s.points.iter())
-        .filter(|(x, y)| x.is_finite() && y.is_finite() && (!chart.x_log || *x > 0.0));
+        .filter(|&&(x, y)| drawable(chart, x, y));
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     let mut any = false;
     for &(x, y) in pts {
@@ -114,11 +160,21 @@ fn bounds(chart: &Chart) -> Option<(f64, f64, f64, f64)> {
     } else if x1 <= x0 {
         x1 = x0 + 1.0;
     }
+    if chart.y_log {
+        y0 = 10f64.powf(y0.log10().floor());
+        y1 = 10f64.powf(y1.log10().ceil().max(y0.log10() + 1.0));
+        return Some((x0, x1, y0, y1));
+    }
     y0 = y0.min(0.0);
     if y1 <= y0 {
         y1 = y0 + 1.0;
     }
     Some((x0, x1, y0, y1 * 1.05))
+}
+
+/// Whether a point can be placed on the chart's axes (a log axis has no place for 0).
+fn drawable(chart: &Chart, x: f64, y: f64) -> bool {
+    x.is_finite() && y.is_finite() && (!chart.x_log || x > 0.0) && (!chart.y_log || y > 0.0)
 }
 
 fn panel(out: &mut String, chart: &Chart, top: f64) {
@@ -149,7 +205,14 @@ fn panel(out: &mut String, chart: &Chart, top: f64) {
         };
         px + f * plot_w
     };
-    let sy = |y: f64| py + plot_h - (y - y0) / (y1 - y0) * plot_h;
+    let sy = |y: f64| {
+        let f = if chart.y_log {
+            (y.log10() - y0.log10()) / (y1.log10() - y0.log10())
+        } else {
+            (y - y0) / (y1 - y0)
+        };
+        py + plot_h - f * plot_h
+    };
     let _ = writeln!(
         out,
         r##"<rect x="{px}" y="{py}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#444"/>"##
@@ -164,10 +227,10 @@ fn panel(out: &mut String, chart: &Chart, top: f64) {
         let _ = writeln!(
             out,
             r#"<text x="{x:.1}" y="{}" font-size="11" text-anchor="middle">{label}</text>"#,
-            py + plot_h + 15.0
+            py + plot_h + 17.0
         );
     }
-    for (v, label) in ticks(y0, y1, false) {
+    for (v, label) in ticks(y0, y1, chart.y_log) {
         let y = sy(v);
         let _ = writeln!(
             out,
@@ -177,7 +240,7 @@ fn panel(out: &mut String, chart: &Chart, top: f64) {
         let _ = writeln!(
             out,
             r#"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{label}</text>"#,
-            px - 5.0,
+            px - 7.0,
             y + 4.0
         );
     }
@@ -197,14 +260,19 @@ fn panel(out: &mut String, chart: &Chart, top: f64) {
         py + plot_h / 2.0,
         esc(&chart.y_label)
     );
+    let mut legend_y = py + 14.0;
     for (i, s) in chart.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let pts: Vec<(f64, f64)> = s
             .points
             .iter()
-            .filter(|(x, y)| x.is_finite() && y.is_finite() && (!chart.x_log || *x > 0.0))
+            .filter(|&&(x, y)| drawable(chart, x, y))
             .map(|&(x, y)| (sx(x), sy(y)))
             .collect();
+        // Nothing to draw, nothing in the legend: an entry without a mark says nothing.
+        if pts.is_empty() {
+            continue;
+        }
         match s.style {
             Style::Line if pts.len() > 1 => {
                 let d: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
@@ -223,19 +291,25 @@ fn panel(out: &mut String, chart: &Chart, top: f64) {
                 }
             }
         }
-        let ly = py + 14.0 + i as f64 * 18.0;
+        // The legend in the right margin, each name wrapped to the margin's width.
         let lx = px + plot_w + 12.0;
+        let max_chars = ((MARGIN_R - 30.0) / (LEGEND_FONT * EM_PER_CHAR)) as usize;
+        let lines = wrap(&s.name, max_chars);
         let _ = writeln!(
             out,
             r#"<rect x="{lx}" y="{}" width="12" height="4" fill="{color}"/>"#,
-            ly - 6.0
+            legend_y - 6.0
         );
-        let _ = writeln!(
-            out,
-            r#"<text x="{}" y="{ly}" font-size="11">{}</text>"#,
-            lx + 18.0,
-            esc(&s.name)
-        );
+        for (k, line) in lines.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                r#"<text x="{}" y="{}" font-size="{LEGEND_FONT}">{}</text>"#,
+                lx + 18.0,
+                legend_y + k as f64 * LEGEND_LINE,
+                esc(line)
+            );
+        }
+        legend_y += lines.len() as f64 * LEGEND_LINE + 5.0;
     }
     for (x, text) in &chart.markers {
         if !x.is_finite() || *x < x0 || *x > x1 || (chart.x_log && *x <= 0.0) {
@@ -255,16 +329,30 @@ fn panel(out: &mut String, chart: &Chart, top: f64) {
             esc(text)
         );
     }
+    // Point labels: beside their point, inside the plot, never over another label (a
+    // label that finds no free place is left out: its neighbour already names the spot).
+    let mut placed: Vec<TextBox> = vec![];
     for (x, y, text) in &chart.annotations {
-        if (!chart.x_log || *x > 0.0) && x.is_finite() && y.is_finite() {
-            let _ = writeln!(
-                out,
-                r#"<text x="{:.1}" y="{:.1}" font-size="10">{}</text>"#,
-                sx(*x) + 4.0,
-                sy(*y) - 4.0,
-                esc(text)
-            );
+        if !drawable(chart, *x, *y) {
+            continue;
         }
+        let (ax, ay) = (sx(*x), sy(*y));
+        let w = text.chars().count() as f64 * 10.0 * EM_PER_CHAR;
+        let right_side = ax + 4.0 + w <= px + plot_w;
+        let left = if right_side { ax + 4.0 } else { ax - 4.0 - w };
+        let spot = [-4.0, 12.0, -16.0, 24.0]
+            .into_iter()
+            .map(|dy| (left, ay + dy - 9.0, left + w, ay + dy + 2.0))
+            .find(|b| b.1 >= py && b.3 <= py + plot_h && !placed.iter().any(|p| overlaps(*p, *b)));
+        let Some(b) = spot else { continue };
+        placed.push(b);
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" font-size="10">{}</text>"#,
+            b.0,
+            b.3 - 2.0,
+            esc(text)
+        );
     }
 }
 
@@ -324,6 +412,48 @@ mod tests {
             .map(|&v| fmt_num(v))
             .collect();
         assert_eq!(labels, ["1500", "2000", "2500", "1.5e5", "2e5", "5e-3"]);
+    }
+
+    #[test]
+    fn legend_names_wrap_to_the_margin_and_long_words_are_cut() {
+        assert_eq!(
+            wrap("NOTSENT_LOWAT tuned to the rate", 20),
+            ["NOTSENT_LOWAT tuned", "to the rate"]
+        );
+        assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert_eq!(wrap("", 4), [""]);
+        let chart = Chart {
+            series: vec![Series {
+                name: "REPLENISH_TIME = 15 ms, emulated (NOTSENT_LOWAT wakeups)".into(),
+                points: vec![(1.0, 1.0), (2.0, 2.0)],
+                style: Style::Line,
+            }],
+            ..Default::default()
+        };
+        let svg = render(&[chart]);
+        assert!(svg.contains(">REPLENISH_TIME = 15</text>"), "{svg}");
+        assert!(svg.contains(">wakeups)</text>"), "{svg}");
+    }
+
+    #[test]
+    fn labels_never_overlap_and_a_log_y_axis_has_decades() {
+        let chart = Chart {
+            y_log: true,
+            series: vec![Series {
+                name: "a".into(),
+                points: vec![(1.0, 0.1), (1.0, 80.0)],
+                style: Style::Points,
+            }],
+            annotations: (0..6).map(|i| (1.0, 3.0, format!("label {i}"))).collect(),
+            ..Default::default()
+        };
+        let svg = render(&[chart]);
+        assert!(
+            svg.contains(">0.1</text>") && svg.contains(">100</text>"),
+            "{svg}"
+        );
+        // Six labels on one point: four places, so two are left out.
+        assert_eq!(svg.matches(">label ").count(), 4, "{svg}");
     }
 
     #[test]
