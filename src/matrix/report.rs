@@ -619,7 +619,12 @@ pub(super) fn write_plots(
         ordered.sort_by_key(|(_, (i, _))| *i);
         for (name, (_, mut v)) in ordered {
             chart.series.push(Series {
-                name,
+                // Why a configuration has no curve, where the files say it.
+                name: if v.is_empty() {
+                    format!("{name}: no write after the warm-up")
+                } else {
+                    name
+                },
                 points: svg::cdf(&mut v, 600),
                 style: Style::Line,
             });

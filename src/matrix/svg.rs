@@ -269,8 +269,24 @@ fn panel(out: &mut String, chart: &Chart, top: f64) {
             .filter(|&&(x, y)| drawable(chart, x, y))
             .map(|&(x, y)| (sx(x), sy(y)))
             .collect();
-        // Nothing to draw, nothing in the legend: an entry without a mark says nothing.
+        let lx = px + plot_w + 12.0;
+        let max_chars = ((MARGIN_R - 30.0) / (LEGEND_FONT * EM_PER_CHAR)) as usize;
+        // Nothing to draw: the legend says so, in grey and without a colour swatch (an entry
+        // with a colour but no line reads as a line the reader cannot find).
         if pts.is_empty() {
+            let lines = wrap(&format!("{} (nothing to draw)", s.name), max_chars);
+            for (k, line) in lines.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    r##"<text class="{}" x="{}" y="{}" font-size="{LEGEND_FONT}" fill="#777">{}</text>"##,
+                    // The entry's first line is "no-data": one per series without data.
+                    if k == 0 { "no-data" } else { "no-data-cont" },
+                    lx + 18.0,
+                    legend_y + k as f64 * LEGEND_LINE,
+                    esc(line)
+                );
+            }
+            legend_y += lines.len() as f64 * LEGEND_LINE + 5.0;
             continue;
         }
         match s.style {
@@ -292,8 +308,6 @@ fn panel(out: &mut String, chart: &Chart, top: f64) {
             }
         }
         // The legend in the right margin, each name wrapped to the margin's width.
-        let lx = px + plot_w + 12.0;
-        let max_chars = ((MARGIN_R - 30.0) / (LEGEND_FONT * EM_PER_CHAR)) as usize;
         let lines = wrap(&s.name, max_chars);
         let _ = writeln!(
             out,
