@@ -452,8 +452,28 @@ fn every_report_page_loads_clean_with_its_plots_and_links() {
             page,
             "JSON.stringify({\
                 ok: Array.from(document.querySelectorAll('.status-ok')).map(e => getComputedStyle(e).color),\
+                heat: document.querySelectorAll('td.heat').length,\
+                answer: Array.from(document.querySelectorAll('.answer li')).map(e => e.innerText),\
                 text: document.body.innerText})",
         );
+        if is_index {
+            // The answer first: a line for the rate, and the table coloured by delay.
+            let answer = look["answer"].as_array().unwrap();
+            if answer.len() != 1
+                || !answer[0]
+                    .as_str()
+                    .unwrap()
+                    .contains("lowest median sojourn")
+            {
+                problems.push(format!("{name}: no answer at the top: {answer:?}"));
+            }
+            if look["heat"] != 2 {
+                problems.push(format!(
+                    "{name}: {} coloured table cells, not 2",
+                    look["heat"]
+                ));
+            }
+        }
         for color in look["ok"].as_array().unwrap() {
             if color != "rgb(0, 102, 0)" {
                 problems.push(format!("{name}: status ok drawn in {color}"));

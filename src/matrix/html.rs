@@ -240,8 +240,9 @@ pub fn index_html(
         escape(&name),
         inline(spec.description.trim())
     );
-    body.push_str(&facts_html(facts, rows));
+    body.push_str(&answer_html(spec, &groups));
     body.push_str(&main_table_html(spec, &groups));
+    body.push_str(&facts_html(facts, rows));
     // The plots before the notes: the notes' long tables would push them pages down.
     let run_plots: Vec<&String> = plots.iter().filter(|p| !p.starts_with("cell-")).collect();
     if !run_plots.is_empty() {
@@ -344,7 +345,8 @@ fn main_table_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
                         .collect();
                     let _ = write!(
                         out,
-                        "<td>{}<div class=\"runs\">{}</div></td>",
+                        "<td{}>{}<div class=\"runs\">{}</div></td>",
+                        heat(g.p50().map(|s| s.median)),
                         inline(&report::table_cell(g)),
                         runs.join("")
                     );
@@ -355,7 +357,85 @@ fn main_table_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
         out.push_str("</tr>\n");
     }
     out.push_str("</table>\n");
+    out.push_str(
+        "<p class=\"key\">Cell colour: the median sojourn on a log scale, green at 1 ms or less, \
+         red at 10 s or more; no colour: no delay figure.</p>\n",
+    );
     out
+}
+
+/// A table cell's background for its median sojourn (µs): hue 120 (green) at 1 ms down to
+/// 0 (red) at 10 s, on a log scale; light, so that the figures stay readable.
+fn heat(median_us: Option<f64>) -> String {
+    let Some(us) = median_us.filter(|v| *v > 0.0) else {
+        return String::new();
+    };
+    let f = ((us.log10() - 3.0) / 4.0).clamp(0.0, 1.0);
+    format!(
+        " class=\"heat\" style=\"background:hsl({:.0},70%,88%)\"",
+        120.0 * (1.0 - f)
+    )
+}
+
+/// The run's answer in a line per rate: the configurations with the lowest and the highest
+/// median sojourn there (medians over their finished runs), each linked to its row.
+fn answer_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
+    let mut items = vec![];
+    for rate in &spec.axes.rate {
+        let mut at: Vec<(&Group<'_>, f64)> = groups
+            .iter()
+            .filter(|g| &g.rate == rate)
+            .filter_map(|g| Some((g, g.p50()?.median)))
+            .collect();
+        if at.len() < 2 {
+            continue;
+        }
+        at.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let (low, high) = (at[0], at[at.len() - 1]);
+        let show = |(g, us): (&Group<'_>, f64)| {
+            format!(
+                "<a href=\"{}\">{}</a> ({}, {})",
+                escape(&cell_href(&g.runs[0].cell)),
+                escape(&g.row),
+                escape(&super::format::fmt_delay(us.round() as u64)),
+                escape(&g.count())
+            )
+        };
+        // A configuration without a figure may be the worst of all (no write left the
+        // socket in time): the line says which, rather than ranking without it.
+        let without: Vec<String> = groups
+            .iter()
+            .filter(|g| &g.rate == rate && g.p50().is_none())
+            .map(|g| {
+                format!(
+                    "<a href=\"{}\">{}</a>",
+                    escape(&cell_href(&g.runs[0].cell)),
+                    escape(&g.row)
+                )
+            })
+            .collect();
+        let unranked = if without.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " No delay figure, so not ranked: {} (see the table).",
+                without.join(", ")
+            )
+        };
+        items.push(format!(
+            "<li>At {}: the lowest median sojourn {}; the highest {}.{unranked}</li>",
+            escape(&rate_header(rate)),
+            show(low),
+            show(high)
+        ));
+    }
+    if items.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<section class=\"answer\"><h2>At a glance</h2>\n<ul>\n{}\n</ul></section>\n",
+        items.join("\n")
+    )
 }
 
 /// One cell's page: what ran, its figures, its plots, its metadata and its files.
@@ -537,6 +617,17 @@ pub fn write_site(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_heat_runs_from_green_at_a_millisecond_to_red_at_ten_seconds() {
+        assert!(heat(Some(500.0)).contains("hsl(120,"));
+        assert!(heat(Some(1_000.0)).contains("hsl(120,"));
+        assert!(heat(Some(100_000.0)).contains("hsl(60,"));
+        assert!(heat(Some(10_000_000.0)).contains("hsl(0,"));
+        assert!(heat(Some(1e9)).contains("hsl(0,"));
+        assert_eq!(heat(None), "");
+        assert_eq!(heat(Some(0.0)), "");
+    }
 
     #[test]
     fn markdown_tables_lists_and_inline_markup() {
