@@ -281,3 +281,29 @@ fn the_readme_loopback_run_prints_what_the_readme_shows() {
         send.stdout
     );
 }
+
+/// docs/matrix.md's `compare` sample is what `sbm-matrix compare` prints for those
+/// committed runs now, to the character.
+#[test]
+fn the_compare_sample_in_the_matrix_doc_is_current() {
+    let doc = read("docs/matrix.md");
+    let command =
+        "$ scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2";
+    let (_, sample) = code_blocks(&doc)
+        .into_iter()
+        .find(|(_, body)| body.first().map(String::as_str) == Some(command))
+        .expect("docs/matrix.md shows the compare command and its output");
+    let mut cmd = std::process::Command::new(bin("sbm-matrix"));
+    cmd.current_dir(repo()).args([
+        "compare",
+        "results/kernel-vs-emulation",
+        "results/kernel-vs-emulation-v2",
+    ]);
+    let res = output_within(cmd, Duration::from_secs(60));
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    assert_eq!(
+        sample[1..].join("\n").trim_end(),
+        res.stdout.trim_end(),
+        "docs/matrix.md's compare sample is stale"
+    );
+}

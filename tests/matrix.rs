@@ -869,7 +869,7 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
     // Counted as index.html counts: 25 cells, 21 finished, 5 configurations.
     assert!(
         res.stdout
-            .contains("25 cells (21 finished) in 5 configurations"),
+            .contains("25 cells, 21 finished, 5 configurations"),
         "{}",
         res.stdout
     );

@@ -200,7 +200,7 @@ fn cell_count(r: &Run) -> String {
     let rows = r.cells.iter().flat_map(|(_, e)| &e.rows);
     let finished = rows.clone().filter(|row| row.status == Status::Ok).count();
     format!(
-        "{} cells ({finished} finished) in {} configurations",
+        "{} cells, {finished} finished, {} configurations",
         rows.count(),
         r.cells.len()
     )
