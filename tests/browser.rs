@@ -212,7 +212,8 @@ struct Loaded {
     screenshot: Option<Vec<u8>>,
 }
 
-fn load(b: &mut Browser, page: &Path, screenshot: bool) -> Loaded {
+/// A new tab with `page` loaded, its console and log watched: (target, session).
+fn open_tab(b: &mut Browser, page: &Path) -> (String, String) {
     let target = b.call(None, "Target.createTarget", json!({"url": "about:blank"}));
     let target_id = target["targetId"].as_str().unwrap().to_string();
     let attached = b.call(
@@ -228,6 +229,11 @@ fn load(b: &mut Browser, page: &Path, screenshot: bool) -> Loaded {
     let nav = b.call(Some(s.as_str()), "Page.navigate", json!({ "url": url }));
     assert!(nav["errorText"].is_null(), "{url}: {}", nav["errorText"]);
     b.wait_event(&s, "Page.loadEventFired");
+    (target_id, s)
+}
+
+fn load(b: &mut Browser, page: &Path, screenshot: bool) -> Loaded {
+    let (target_id, s) = open_tab(b, page);
     let probe = "JSON.stringify({\
         images: Array.from(document.images).map(i => [i.src, i.complete, i.naturalWidth]),\
         links: Array.from(document.links).map(a => a.href)})";
@@ -293,18 +299,7 @@ fn load(b: &mut Browser, page: &Path, screenshot: bool) -> Loaded {
 
 /// Opens `page` in a new tab, evaluates `expression` (returning a JSON string) and closes it.
 fn evaluate(b: &mut Browser, page: &Path, expression: &str) -> Value {
-    let target = b.call(None, "Target.createTarget", json!({"url": "about:blank"}));
-    let target_id = target["targetId"].as_str().unwrap().to_string();
-    let attached = b.call(
-        None,
-        "Target.attachToTarget",
-        json!({"targetId": target_id, "flatten": true}),
-    );
-    let s = attached["sessionId"].as_str().unwrap().to_string();
-    b.call(Some(s.as_str()), "Page.enable", json!({}));
-    let url = format!("file://{}", page.display());
-    b.call(Some(s.as_str()), "Page.navigate", json!({ "url": url }));
-    b.wait_event(&s, "Page.loadEventFired");
+    let (target_id, s) = open_tab(b, page);
     let r = b.call(
         Some(s.as_str()),
         "Runtime.evaluate",

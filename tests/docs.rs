@@ -236,12 +236,7 @@ fn the_readme_loopback_run_prints_what_the_readme_shows() {
     let commands = &blocks[at].1;
     let sample = blocks[at + 1].1.join("\n");
     assert_eq!(commands.len(), 2, "{commands:?}");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = common::free_loopback_port();
     let dir = tempdir("readme-loopback");
     let out = dir.join("lb");
     let argv = |line: &str| -> (String, Vec<String>) {

@@ -532,12 +532,7 @@ fn timed_goodput_is_the_sum_of_its_interval_rows() {
 #[test]
 fn sink_json_prints_the_connections_total_alone() {
     let _g = serial();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = common::free_loopback_port();
     let mut sink = std::process::Command::new(bin("sbm-sink"))
         .args(["-B", "127.0.0.1", "-p", &port, "--once", "-J"])
         .stdin(std::process::Stdio::null())
@@ -715,12 +710,7 @@ fn parallel_flows_print_per_flow_and_sum_lines_and_add_up() {
 #[test]
 fn json_summary_is_all_of_stdout_and_port_and_bind_place_the_connection() {
     let _g = serial();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = common::free_loopback_port();
     let mut sink = Sink::from_running(Running::spawn(
         "sbm-sink",
         &["-B", "127.0.0.1", "-p", &port, "-q"],
@@ -1318,12 +1308,7 @@ fn iperf3_on_the_other_end_is_named_within_two_seconds() {
     );
 
     // sbm-send against iperf3's server.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = common::free_loopback_port();
     let mut server = Running::spawn_program(
         "iperf3",
         &["-s", "-1", "--forceflush", "-B", "127.0.0.1", "-p", &port],
@@ -1454,11 +1439,7 @@ fn iperf3_flags_and_json_streams_mean_what_iperf3_means() {
     sink.stop();
 
     // -J on a refused connection: the error as JSON on stdout, and status 1.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
+    let closed = common::closed_loopback_addr();
     let res = run("sbm-send", &["-c", &closed, "-J"], Duration::from_secs(30));
     assert_eq!(res.code(), Some(1), "{}", res.stderr);
     let doc: serde_json::Value = serde_json::from_str(&res.stdout).unwrap();

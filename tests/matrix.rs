@@ -849,13 +849,16 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
         v["status"] = serde_json::json!("failed");
         std::fs::write(&path, v.to_string()).unwrap();
     }
-    let mut cmd = Command::new(matrix_bin());
-    cmd.args([
-        "compare",
-        dir.join("a").to_str().unwrap(),
-        c.to_str().unwrap(),
-    ]);
-    let res = common::output_within(cmd, Duration::from_secs(60));
+    let compare_a_with_c = || {
+        let mut cmd = Command::new(matrix_bin());
+        cmd.args([
+            "compare",
+            dir.join("a").to_str().unwrap(),
+            c.to_str().unwrap(),
+        ]);
+        common::output_within(cmd, Duration::from_secs(60))
+    };
+    let res = compare_a_with_c();
     assert_eq!(res.code(), Some(0), "{}", res.stderr);
     let one = res
         .stdout
@@ -879,13 +882,7 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
         .unwrap()
         .replace(r#"rtt = "172ms""#, r#"rtt = "100ms""#);
     std::fs::write(&toml, text).unwrap();
-    let mut cmd = Command::new(matrix_bin());
-    cmd.args([
-        "compare",
-        dir.join("a").to_str().unwrap(),
-        c.to_str().unwrap(),
-    ]);
-    let res = common::output_within(cmd, Duration::from_secs(60));
+    let res = compare_a_with_c();
     assert_eq!(res.code(), Some(1), "{}{}", res.stdout, res.stderr);
     assert_eq!(res.stderr.trim().lines().count(), 1, "{}", res.stderr);
     assert!(

@@ -747,3 +747,18 @@ impl MachineProbe {
         }
     }
 }
+
+/// A loopback port nothing listens on now (bound, read, released), for a program the test
+/// starts there.
+pub fn free_loopback_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+        .to_string()
+}
+
+/// `127.0.0.1:PORT` with nothing listening: a connection there is refused.
+pub fn closed_loopback_addr() -> String {
+    format!("127.0.0.1:{}", free_loopback_port())
+}
