@@ -54,6 +54,22 @@ fn quick_matrix_reproduces_the_reports_ordering_at_2mbit() {
     );
     assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
     assert!(namespaces_with(&prefix).is_empty(), "the test bed is gone");
+    // README shows this command's output: the same kinds of lines, in the same order.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let (_, sample) = common::code_blocks(&readme)
+        .into_iter()
+        .find(|(_, body)| {
+            body.first()
+                .is_some_and(|l| l.starts_with("sbm-matrix: 3 cells"))
+        })
+        .expect("README shows the quick matrix's output");
+    assert_eq!(
+        common::shapes(&res.stdout),
+        common::shapes(&sample.join("\n")),
+        "README's quick-matrix sample is not what the quick matrix prints now:\n{}",
+        res.stdout
+    );
     let rows = read_csv(&dir.join("summary.csv"));
     assert_eq!(rows.len(), 3);
     assert!(rows.iter().all(|r| r["status"] == "ok"), "{rows:?}");

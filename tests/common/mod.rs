@@ -762,3 +762,75 @@ pub fn free_loopback_port() -> String {
 pub fn closed_loopback_addr() -> String {
     format!("127.0.0.1:{}", free_loopback_port())
 }
+
+/// The fenced code blocks of a markdown text, each with the line before its opening fence
+/// (the "<!-- … -->" marker or the sentence that introduces it).
+pub fn code_blocks(md: &str) -> Vec<(String, Vec<String>)> {
+    let mut blocks = vec![];
+    let mut current: Option<(String, Vec<String>)> = None;
+    let mut previous = String::new();
+    for line in md.lines() {
+        if line.starts_with("```") {
+            match current.take() {
+                Some(b) => blocks.push(b),
+                None => current = Some((previous.clone(), vec![])),
+            }
+        } else if let Some((_, body)) = current.as_mut() {
+            body.push(line.to_string());
+        }
+        if !line.trim().is_empty() {
+            previous = line.to_string();
+        }
+    }
+    blocks
+}
+
+fn digits_as_nines(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut in_digits = false;
+    for ch in s.chars() {
+        if ch.is_ascii_digit() {
+            if !in_digits {
+                out.push('9');
+            }
+            in_digits = true;
+        } else {
+            out.push(ch);
+            in_digits = false;
+        }
+    }
+    out
+}
+
+/// What a line of sbm's human output is, without its values: the label before a colon near
+/// its start (`options`, `rows`, `sojourn (exact only)`; its digits as 9s), or the words
+/// before its first digit; interval lines (they start with their time) are one kind. Two
+/// outputs of one command compare line for line in shape (tests/docs.rs, tests/matrix.rs).
+pub fn shape(line: &str) -> String {
+    let line = line.trim();
+    if line.starts_with(|c: char| c.is_ascii_digit()) {
+        return "<interval>".into();
+    }
+    let label = match line.find(':') {
+        // A label: the same digits in another run (a version, a count, an ETA) make one
+        // kind of line.
+        Some(i) if i <= 40 => digits_as_nines(&line[..i]),
+        _ => line[..line
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(line.len())]
+            .to_string(),
+    };
+    label.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The line kinds in order, runs of interval lines as one.
+pub fn shapes(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = vec![];
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        let s = shape(l);
+        if v.last() != Some(&s) || s != "<interval>" {
+            v.push(s);
+        }
+    }
+    v
+}
