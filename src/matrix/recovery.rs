@@ -89,12 +89,9 @@ pub fn recovery(frames: &[FrameRow], changes_ns: &[u64]) -> Recovery {
 
 /// A cell's recovery from its files (None: no frames.csv or no changes recorded).
 pub fn of_cell(dir: &Path) -> Option<Recovery> {
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).ok()?).ok()?;
-    let changes: Vec<u64> = meta["rate_changes"]
-        .as_array()?
+    let changes: Vec<u64> = super::schedule::read_rate_changes(dir)?
         .iter()
-        .filter_map(|c| c["applied_unix_ns"].as_u64())
+        .map(|c| c.applied_unix_ns)
         .collect();
     if changes.is_empty() {
         return None;

@@ -897,29 +897,20 @@ pub(super) fn write_plots(
 /// A cell's rate changes as plot markers: seconds since the sender connected (summary.json
 /// `started_unix_ns`) and the new rate.
 fn rate_change_markers(dir: &Path) -> Vec<(f64, String)> {
-    let read = |name: &str| -> Option<Value> {
-        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).ok()?).ok()
-    };
-    let (Some(meta), Some(summary)) = (read("meta.json"), read("summary.json")) else {
+    let summary: Option<SendSummary> = std::fs::read_to_string(dir.join("summary.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let (Some(changes), Some(summary)) = (super::schedule::read_rate_changes(dir), summary) else {
         return vec![];
     };
-    let Some(t0) = summary["started_unix_ns"].as_u64() else {
-        return vec![];
-    };
-    meta["rate_changes"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| {
-                    let at = c["applied_unix_ns"].as_u64()?;
-                    let label = c["rate_bps"]
-                        .as_u64()
-                        .map_or("unshaped".into(), |r| fmt_rate(r as f64));
-                    Some(((at as f64 - t0 as f64) / 1e9, format!("→ {label}")))
-                })
-                .collect()
+    let t0 = summary.started_unix_ns as f64;
+    changes
+        .iter()
+        .map(|c| {
+            let label = c.rate_bps.map_or("unshaped".into(), |r| fmt_rate(r as f64));
+            ((c.applied_unix_ns as f64 - t0) / 1e9, format!("→ {label}"))
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// content-age.csv's p50 and p95 at the sink per interval (ms), for the cell plots.

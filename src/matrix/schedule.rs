@@ -10,6 +10,20 @@ use serde::{Deserialize, Serialize};
 use super::spec::rates::ScheduledRate;
 use crate::testbed::wan;
 
+/// meta.json's rate changes, read back through the type that wrote them (None: no readable
+/// meta.json; a cell without a schedule has none).
+pub fn read_rate_changes(cell_dir: &Path) -> Option<Vec<RateChange>> {
+    #[derive(Deserialize)]
+    struct MetaChanges {
+        #[serde(default)]
+        rate_changes: Vec<RateChange>,
+    }
+    let text = std::fs::read_to_string(cell_dir.join("meta.json")).ok()?;
+    serde_json::from_str::<MetaChanges>(&text)
+        .ok()
+        .map(|m| m.rate_changes)
+}
+
 /// meta.json's record of one change.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RateChange {
