@@ -1,5 +1,5 @@
 //! Output schemas and writers. One serde struct per row or document: the struct *is* the
-//! schema, and README.md's column reference documents every field (a test checks it).
+//! schema, and docs/output.md documents every field (tests check it).
 
 pub mod compressed;
 pub mod csv_file;

@@ -1,5 +1,5 @@
 //! Every row and document sbm writes. Field names are the CSV headers and JSON keys;
-//! README.md documents each of them.
+//! docs/output.md documents each of them.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
