@@ -152,14 +152,17 @@ pub fn log_to_file(path: &std::path::Path) -> Result<(), Failure> {
 }
 
 /// Writes `text` where stdout's output goes: the log file, else stdout. Never panics.
-fn to_stdout_or_log(text: std::fmt::Arguments<'_>, newline: bool) {
-    fn put(mut w: impl std::io::Write, args: std::fmt::Arguments<'_>, newline: bool) {
-        let _ = w.write_fmt(args);
-        if newline {
-            let _ = w.write_all(b"\n");
-        }
-        let _ = w.flush();
+/// Writes `args` (and a newline) to `w` and flushes; errors are dropped: a closed stdout
+/// must not end a measurement.
+fn put(mut w: impl std::io::Write, args: std::fmt::Arguments<'_>, newline: bool) {
+    let _ = w.write_fmt(args);
+    if newline {
+        let _ = w.write_all(b"\n");
     }
+    let _ = w.flush();
+}
+
+fn to_stdout_or_log(text: std::fmt::Arguments<'_>, newline: bool) {
     match LOGFILE.get() {
         Some(file) => {
             let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
@@ -173,11 +176,7 @@ fn to_stdout_or_log(text: std::fmt::Arguments<'_>, newline: bool) {
 /// (`sbm-sink | head`) must not crash a measurement whose real output is its files.
 pub fn say_fmt(args: std::fmt::Arguments<'_>, newline: bool) {
     if HUMAN_TEXT_ON_STDERR.load(std::sync::atomic::Ordering::Relaxed) {
-        let mut err = std::io::stderr().lock();
-        let _ = std::io::Write::write_fmt(&mut err, args);
-        if newline {
-            let _ = std::io::Write::write_all(&mut err, b"\n");
-        }
+        put(std::io::stderr().lock(), args, newline);
     } else {
         to_stdout_or_log(args, newline);
     }

@@ -392,11 +392,17 @@ fn answer_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
         }
         at.sort_by(|a, b| a.1.total_cmp(&b.1));
         let (low, high) = (at[0], at[at.len() - 1]);
+        let row_link = |g: &Group<'_>| {
+            format!(
+                "<a href=\"{}\">{}</a>",
+                escape(&cell_href(&g.runs[0].cell)),
+                escape(&g.row)
+            )
+        };
         let show = |(g, us): (&Group<'_>, f64)| {
             format!(
-                "<a href=\"{}\">{}</a> ({}, {})",
-                escape(&cell_href(&g.runs[0].cell)),
-                escape(&g.row),
+                "{} ({}, {})",
+                row_link(g),
                 escape(&super::format::fmt_delay(us.round() as u64)),
                 escape(&g.count())
             )
@@ -406,13 +412,7 @@ fn answer_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
         let without: Vec<String> = groups
             .iter()
             .filter(|g| &g.rate == rate && g.p50().is_none())
-            .map(|g| {
-                format!(
-                    "<a href=\"{}\">{}</a>",
-                    escape(&cell_href(&g.runs[0].cell)),
-                    escape(&g.row)
-                )
-            })
+            .map(row_link)
             .collect();
         let unranked = if without.is_empty() {
             String::new()
