@@ -287,21 +287,89 @@ impl fmt::Display for Bytes {
     }
 }
 
-/// A bit rate printed in SI units: `1.92 Mbit/s`.
+/// How the human text prints rates (iperf's `-f`): the unit that keeps each rate short
+/// (the default), or one unit for every rate, in bits or bytes per second. Files and JSON
+/// always hold bit/s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateFormat {
+    Adaptive,
+    /// Decimal bits per second: 10^3, 10^6, 10^9 or 10^12 (iperf's k, m, g, t).
+    Bits(u32),
+    /// Binary bytes per second: 2^10, 2^20, 2^30 or 2^40 (iperf's K, M, G, T).
+    Bytes(u32),
+}
+
+impl RateFormat {
+    /// iperf's letters: `k m g t` (bits, powers of 10) and `K M G T` (bytes, powers of 2).
+    pub fn parse(input: &str) -> Result<RateFormat, ParseError> {
+        let mut chars = input.chars();
+        let (Some(c), None) = (chars.next(), chars.next()) else {
+            return Err(Self::bad(input));
+        };
+        if let Some(i) = "kmgt".find(c) {
+            Ok(RateFormat::Bits(i as u32 + 1))
+        } else if let Some(i) = "KMGT".find(c) {
+            Ok(RateFormat::Bytes(i as u32 + 1))
+        } else {
+            Err(Self::bad(input))
+        }
+    }
+
+    fn bad(input: &str) -> ParseError {
+        ParseError::new(
+            "report format",
+            input,
+            "one of k m g t (kbit/s … Tbit/s) or K M G T (KiB/s … TiB/s), as iperf's -f",
+        )
+    }
+}
+
+/// `-f`: set once by `main` before anything prints (None: adaptive).
+static RATE_FORMAT: std::sync::OnceLock<RateFormat> = std::sync::OnceLock::new();
+
+/// Prints every [`BitRate`] from now on in `format` (the first call wins).
+pub fn set_rate_format(format: RateFormat) {
+    let _ = RATE_FORMAT.set(format);
+}
+
+/// A bit rate printed in SI units: `1.92 Mbit/s` (or as `-f` asked: [`set_rate_format`]).
 pub struct BitRate(pub f64);
+
+impl BitRate {
+    /// The rate in `format`, whatever `-f` set.
+    pub fn in_format(&self, format: RateFormat) -> String {
+        let r = self.0;
+        match format {
+            RateFormat::Adaptive => self.adaptive(),
+            RateFormat::Bits(p) => {
+                let unit = ["kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"][p as usize - 1];
+                format!("{:.2} {unit}", r / 1e3f64.powi(p as i32))
+            }
+            RateFormat::Bytes(p) => {
+                let unit = ["KiB/s", "MiB/s", "GiB/s", "TiB/s"][p as usize - 1];
+                format!("{:.2} {unit}", r / 8.0 / 1024f64.powi(p as i32))
+            }
+        }
+    }
+
+    fn adaptive(&self) -> String {
+        let r = self.0;
+        if r < 1e3 {
+            format!("{r:.0} bit/s")
+        } else if r < 1e6 {
+            format!("{:.1} kbit/s", r / 1e3)
+        } else if r < 1e9 {
+            format!("{:.2} Mbit/s", r / 1e6)
+        } else {
+            format!("{:.2} Gbit/s", r / 1e9)
+        }
+    }
+}
 
 impl fmt::Display for BitRate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let r = self.0;
-        if r < 1e3 {
-            write!(f, "{r:.0} bit/s")
-        } else if r < 1e6 {
-            write!(f, "{:.1} kbit/s", r / 1e3)
-        } else if r < 1e9 {
-            write!(f, "{:.2} Mbit/s", r / 1e6)
-        } else {
-            write!(f, "{:.2} Gbit/s", r / 1e9)
-        }
+        let format = RATE_FORMAT.get().copied().unwrap_or(RateFormat::Adaptive);
+        f.write_str(&self.in_format(format))
     }
 }
 
@@ -453,6 +521,27 @@ mod tests {
         assert_eq!(Bytes(512).to_string(), "512 B");
         assert_eq!(Bytes(65_536).to_string(), "64.0 KiB");
         assert_eq!(BitRate(1_920_000.0).to_string(), "1.92 Mbit/s");
+    }
+
+    #[test]
+    fn report_formats_are_iperfs_letters_and_print_one_unit() {
+        assert_eq!(RateFormat::parse("k"), Ok(RateFormat::Bits(1)));
+        assert_eq!(RateFormat::parse("t"), Ok(RateFormat::Bits(4)));
+        assert_eq!(RateFormat::parse("M"), Ok(RateFormat::Bytes(2)));
+        for bad in ["", "x", "mm", "Mbit", "a", "1"] {
+            assert!(RateFormat::parse(bad).is_err(), "{bad}");
+        }
+        let r = BitRate(1_920_000.0);
+        assert_eq!(r.in_format(RateFormat::Bits(1)), "1920.00 kbit/s");
+        assert_eq!(r.in_format(RateFormat::Bits(3)), "0.00 Gbit/s");
+        // 1 920 000 bit/s = 240 000 B/s = 234.375 KiB/s.
+        assert_eq!(r.in_format(RateFormat::Bytes(1)), "234.38 KiB/s");
+        assert_eq!(r.in_format(RateFormat::Adaptive), "1.92 Mbit/s");
+        // What -f k prints is read back as the rate it is.
+        assert_eq!(
+            parse_rate_bps(&r.in_format(RateFormat::Bits(1))).unwrap(),
+            1_920_000
+        );
         assert_eq!(Micros(8_600).to_string(), "8.6 ms");
         assert_eq!(Micros(22_000_000).to_string(), "22.00 s");
         assert_eq!(

@@ -272,6 +272,12 @@ pub struct SendArgs {
     #[arg(long)]
     pub forceflush: bool,
 
+    /// Print rates in one unit, as iperf's -f: k m g t for kbit/s … Tbit/s (powers of 10),
+    /// K M G T for KiB/s … TiB/s (powers of 2); default: the unit that keeps each short.
+    /// The human text only: files and JSON hold bit/s.
+    #[arg(short = 'f', long, value_parser = units::RateFormat::parse, value_name = "UNIT")]
+    pub format: Option<units::RateFormat>,
+
     /// Resolve --connect (and -B) to IPv4 addresses only (iperf's -4).
     #[arg(short = '4', long = "version4", conflicts_with = "version6")]
     pub version4: bool,

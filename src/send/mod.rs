@@ -23,6 +23,9 @@ where
     crate::cli::main_with(args, |args: cli::SendArgs| {
         let json = args.json;
         let json_stream = args.json_stream;
+        if let Some(f) = args.format {
+            crate::units::set_rate_format(f);
+        }
         if let Some(path) = &args.logfile {
             crate::cli::log_to_file(path)?;
         }

@@ -84,6 +84,12 @@ pub struct SinkArgs {
     #[arg(short = 'J', long)]
     pub json: bool,
 
+    /// Print rates in one unit, as iperf's -f: k m g t for kbit/s … Tbit/s (powers of 10),
+    /// K M G T for KiB/s … TiB/s (powers of 2); default: the unit that keeps each short.
+    /// The human text only: files and JSON hold bit/s.
+    #[arg(short = 'f', long, value_parser = units::RateFormat::parse, value_name = "UNIT")]
+    pub format: Option<units::RateFormat>,
+
     /// At most N connections open at once; further ones wait in the kernel's listen
     /// backlog until one closes.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]

@@ -18,6 +18,9 @@ where
 }
 
 fn run_args(args: cli::SinkArgs) -> Result<i32, Failure> {
+    if let Some(f) = args.format {
+        crate::units::set_rate_format(f);
+    }
     if args.json {
         crate::cli::move_human_text_to_stderr();
     }
