@@ -1469,3 +1469,155 @@ fn iperf3_flags_and_json_streams_mean_what_iperf3_means() {
     assert_eq!(res.code(), Some(2), "{}", res.stderr);
     assert!(res.stderr.contains("IPv6 (-6)"), "{}", res.stderr);
 }
+
+/// `-R` as iperf's: sbm-send receives, sbm-sink sends with the options given to sbm-send
+/// and measures its sending on its own socket (per-write rows in its --out), and the
+/// sender's summary comes back; a Ctrl-C at the client still brings it back; what the
+/// sink cannot do is said in one line; `--bidir` runs both directions at once.
+#[test]
+fn reverse_and_bidir_run_the_sender_in_the_sink_and_bring_its_summary_back() {
+    let _g = serial();
+    let dir = tempdir("reverse");
+    let sink_dir = dir.join("sink");
+    let sink = Sink::start("127.0.0.1:0", &["-q", "-o", sink_dir.to_str().unwrap()]);
+    let cli_dir = dir.join("cli");
+    let res = run(
+        "sbm-send",
+        &[
+            "-c",
+            &sink.addr,
+            "-R",
+            "-t",
+            "2",
+            "-l",
+            "16K",
+            "--notsent-lowat",
+            "32K",
+            "-b",
+            "20M",
+            "-o",
+            cli_dir.to_str().unwrap(),
+            "-J",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&res.stdout).unwrap();
+    // The sender ran in the sink with the options given here.
+    assert_eq!(doc["local"], sink.addr.as_str(), "{}", doc["local"]);
+    assert_eq!(doc["config"]["write_size"], 16384, "{}", doc["config"]);
+    let lowat = doc["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "notsent_lowat")
+        .unwrap();
+    assert_eq!(lowat["effective"], "32768", "{lowat}");
+    assert_eq!(doc["complete"], true);
+    // Its per-write rows are in the sink's --out, one per write of the summary.
+    let writes = read_csv(&sink_dir.join("reverse-1").join("writes.csv"));
+    assert_eq!(
+        writes.len() as u64,
+        doc["totals"]["writes"].as_u64().unwrap()
+    );
+    assert!(writes.len() > 100, "{} writes", writes.len());
+    // This side's count of what it read is the receiver view in the sender's summary.
+    let rows = read_csv(&cli_dir.join("sink-intervals.csv"));
+    let total = rows.iter().find(|r| r["kind"] == "total").unwrap();
+    assert_eq!(
+        total["bytes"].parse::<u64>().unwrap(),
+        doc["receiver"]["bytes"].as_u64().unwrap()
+    );
+    assert_eq!(
+        total["bytes"].parse::<u64>().unwrap(),
+        doc["totals"]["bytes_written"].as_u64().unwrap()
+    );
+    assert_eq!(read_json(&cli_dir.join("summary.json")), doc);
+
+    // -f k: every rate of the human text in kbit/s.
+    let res = run(
+        "sbm-send",
+        &["-c", &sink.addr, "-R", "-t", "1", "-b", "5M", "-f", "k"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    // (The summary's source line is the sender's own description, written there.)
+    let lines: Vec<&str> = res
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("[  1]"))
+        .collect();
+    assert!(lines.len() >= 2, "{}", res.stdout);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains(" kbit/s") && !l.contains("Mbit/s")),
+        "{}",
+        res.stdout
+    );
+    assert!(res.stdout.contains("goodput 5"), "{}", res.stdout);
+
+    // Ctrl-C here stops the sender there, and its summary still comes back.
+    let mut send = Running::spawn(
+        "sbm-send",
+        &["-c", &sink.addr, "-R", "-t", "60", "-b", "5M"],
+    );
+    send.wait_line("1.00-2.00 s", Duration::from_secs(20));
+    send.signal(Signal::SIGINT);
+    let res = send.wait(Duration::from_secs(30));
+    assert_eq!(res.code(), Some(130), "{}", res.stderr);
+    assert!(
+        res.stdout.contains("INCOMPLETE: interrupted by SIGINT"),
+        "{}",
+        res.stdout
+    );
+
+    // What the sink's host cannot do: one line, the sink's reason, status 1.
+    let res = run(
+        "sbm-send",
+        &["-c", &sink.addr, "-R", "-t", "1", "--cc", "no-such-cc"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(res.code(), Some(1), "{}", res.stderr);
+    assert_eq!(res.stderr.lines().count(), 1, "{}", res.stderr);
+    assert!(
+        res.stderr
+            .contains("the sink could not run the reverse run")
+            && res.stderr.contains("no-such-cc"),
+        "{}",
+        res.stderr
+    );
+    // What -R does not do yet: said before connecting, status 2.
+    let res = run(
+        "sbm-send",
+        &["-c", &sink.addr, "-R", "-P", "2"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(res.code(), Some(2), "{}", res.stderr);
+
+    // --bidir: both directions at once, each its own run, -J both summaries.
+    let res = run(
+        "sbm-send",
+        &["-c", &sink.addr, "--bidir", "-t", "2", "-b", "10M", "-J"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&res.stdout).unwrap();
+    assert_eq!(doc["tx"]["peer"], sink.addr.as_str());
+    assert_eq!(doc["rx"]["local"], sink.addr.as_str());
+    for dir in ["tx", "rx"] {
+        assert_eq!(doc[dir]["complete"], true, "{dir}");
+        let mbps = doc[dir]["totals"]["goodput_bps"].as_f64().unwrap() / 1e6;
+        assert!((8.0..12.0).contains(&mbps), "{dir}: {mbps} Mb/s");
+    }
+    let out = sink.stop();
+    // The sink named each reverse run's end: four ran (-J, -f, Ctrl-C and --bidir's), one
+    // was refused.
+    let runs = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("reverse run complete") || l.contains("reverse run ended early"))
+        .count();
+    assert_eq!(runs, 4, "{}", out.stdout);
+    assert!(out.stdout.contains("reverse run refused"), "{}", out.stdout);
+}

@@ -272,6 +272,20 @@ pub struct SendArgs {
     #[arg(long)]
     pub forceflush: bool,
 
+    /// Reverse, as iperf's -R: this side connects and receives; sbm-sink sends, with the
+    /// sending options given here, and the sender-side measurement (sojourn, the readiness
+    /// rule) runs on its socket. Its summary comes back at the end (-o DIR: summary.json and
+    /// this side's sink-intervals.csv; the per-write files stay in sbm-sink's --out). Files
+    /// the options name are read on the sink's host.
+    #[arg(short = 'R', long)]
+    pub reverse: bool,
+
+    /// Both directions at once, as iperf3's --bidir: this side's own run (lines tagged
+    /// [TX-C], files in DIR/tx) and a reverse run from the sink (-R, [RX-C], DIR/rx), each
+    /// on its own connection with the same options; -J prints both summaries as tx and rx.
+    #[arg(long, conflicts_with_all = ["reverse", "json_stream"])]
+    pub bidir: bool,
+
     /// Print rates in one unit, as iperf's -f: k m g t for kbit/s … Tbit/s (powers of 10),
     /// K M G T for KiB/s … TiB/s (powers of 2); default: the unit that keeps each short.
     /// The human text only: files and JSON hold bit/s.
@@ -588,6 +602,7 @@ impl SendArgs {
             quiet: self.quiet,
             json_stream: self.json_stream,
             interval_tap: None,
+            direction_tag: None,
         };
         // A build without BPF says so here, before a matrix builds a path for the cell.
         #[cfg(not(feature = "bpf"))]

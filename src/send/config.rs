@@ -75,15 +75,21 @@ pub struct SendConfig {
     pub json_stream: bool,
     /// One flow of several (`-P`): its interval rows go to the owner, which prints them.
     pub interval_tap: Option<IntervalTap>,
+    /// What starts each of the run's human lines when it is one direction of `--bidir`
+    /// (`[TX-C]`, as iperf3 marks it).
+    pub direction_tag: Option<&'static str>,
 }
 
 impl SendConfig {
     /// What starts each of this run's own human lines: "[  K] " for flow K of `-P` (the
-    /// flows print at once, and iperf tags each flow's lines so), nothing for a lone run.
+    /// flows print at once, and iperf tags each flow's lines so), the direction's tag for
+    /// `--bidir`, nothing for a lone run.
     pub fn line_tag(&self) -> String {
-        self.interval_tap.as_ref().map_or_else(String::new, |t| {
-            format!("{} ", crate::report::human::flow_tag(Some(t.flow)))
-        })
+        match (&self.interval_tap, self.direction_tag) {
+            (Some(t), _) => format!("{} ", crate::report::human::flow_tag(Some(t.flow))),
+            (None, Some(tag)) => format!("{tag} "),
+            (None, None) => String::new(),
+        }
     }
 
     /// The flag that asks for one of sbm's BPF programs (None: this run needs none).

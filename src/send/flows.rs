@@ -144,7 +144,7 @@ pub fn run_flows(
                     .spawn(move || {
                         let attached = Attached {
                             rule,
-                            departures: None,
+                            ..Attached::default()
                         };
                         run_with_stop(&c, stop, attached)
                     })

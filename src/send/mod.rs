@@ -6,6 +6,7 @@ mod content_age;
 pub mod flows;
 mod output;
 mod programs;
+pub mod reverse;
 mod run;
 pub mod source;
 pub mod source_cli;
@@ -20,7 +21,8 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    crate::cli::main_with(args, |args: cli::SendArgs| {
+    let argv: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    crate::cli::main_with(argv.clone(), |args: cli::SendArgs| {
         let json = args.json;
         let json_stream = args.json_stream;
         if let Some(f) = args.format {
@@ -32,7 +34,11 @@ where
         if json || json_stream {
             crate::cli::move_human_text_to_stderr();
         }
-        let result = run_from_args(args);
+        let result = if args.reverse || args.bidir {
+            run_reverse(args, &argv)
+        } else {
+            run_from_args(args)
+        };
         // As iperf3: a failure is also said in the JSON a script is reading.
         if let Err(f) = &result {
             if json {
@@ -70,6 +76,30 @@ fn run_from_args(args: cli::SendArgs) -> Result<i32, crate::cli::Failure> {
         );
     }
     Ok(outcome.exit_code)
+}
+
+/// `-R`: the sink sends; this side receives and prints the sender's summary. `--bidir`:
+/// that and this side's own run at once.
+fn run_reverse(
+    args: cli::SendArgs,
+    argv: &[std::ffi::OsString],
+) -> Result<i32, crate::cli::Failure> {
+    let json = args.json;
+    let parallel = args.parallel;
+    let bidir = args.bidir;
+    let cfg = args.into_config().map_err(|e| crate::cli::Failure {
+        status: e.exit_status(),
+        message: e.to_string(),
+    })?;
+    if let Some(why) = reverse::refusal(&cfg, parallel) {
+        return Err(crate::cli::Failure::usage(why));
+    }
+    let forwarded = reverse::forwarded_args(argv).map_err(crate::cli::Failure::usage)?;
+    if bidir {
+        reverse::run_bidir(&cfg, forwarded, json)
+    } else {
+        reverse::run_client(&cfg, forwarded, json)
+    }
 }
 
 /// `-P N`: the flows, their totals (or `-J`'s document) and flows.json beside their

@@ -67,7 +67,11 @@ pub fn start(cfg: &SendConfig) -> Result<(Programs, Attached), String> {
         Programs {
             _replenish: replenish,
         },
-        Attached { rule, departures },
+        Attached {
+            rule,
+            departures,
+            connected: None,
+        },
     ))
 }
 

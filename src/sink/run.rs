@@ -12,9 +12,12 @@ use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::signal::Signal;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::clock::realtime_ns;
@@ -24,13 +27,16 @@ use crate::report::human;
 use crate::report::schema::SinkIntervalRow;
 use crate::report::schema::{SinkMessageRow, SinkReply};
 use crate::report::CsvFile;
+use crate::send::reverse::{self, DataConnections, Opening};
 use crate::signals::StopSignals;
 use crate::sink::stream::{clocks_shared, StreamState, MAX_REPLY_MESSAGES};
 use crate::units;
 
 const LISTEN_TOKEN: u64 = 0;
 const SIGNAL_TOKEN: u64 = 1;
-const FIRST_CONN_TOKEN: u64 = 2;
+/// A reverse run (`sbm-send -R`) ended: its thread says so through an eventfd.
+const REVERSE_TOKEN: u64 = 2;
+const FIRST_CONN_TOKEN: u64 = 3;
 /// Discard buffer: large, so that one read empties a full receive window.
 const READ_BUF: usize = 1 << 20;
 /// Reads per readiness event before other connections get their turn.
@@ -122,6 +128,8 @@ enum Ending {
     Idle(Duration),
     /// Another tool's client (iperf3's), told apart by its first bytes.
     Foreign(ForeignPeer),
+    /// A connection of `sbm-send -R`: the reverse run's thread takes it.
+    Reverse(Opening),
 }
 
 /// Per-connection state.
@@ -252,6 +260,47 @@ struct Sink<'a> {
     totals: Vec<SinkIntervalRow>,
     /// Replies not yet taken by their senders, by the token their connection had.
     replies: HashMap<u64, PendingReply>,
+    reverse: ReverseRuns,
+}
+
+/// The reverse runs (`sbm-send -R`) under way, each in its own thread: sbm-send's loop on
+/// a socket this sink accepted.
+struct ReverseRuns {
+    /// Data connections waiting for their request.
+    data: Arc<DataConnections>,
+    /// Written by a run's thread when it ends (polled as [`REVERSE_TOKEN`]).
+    ended: Arc<EventFd>,
+    /// Each ended run's connection number and closing line.
+    ended_rx: mpsc::Receiver<(u64, String)>,
+    ended_tx: mpsc::Sender<(u64, String)>,
+    /// Runs under way: their threads and the eventfds that stop them.
+    running: HashMap<u64, (std::thread::JoinHandle<()>, Arc<EventFd>)>,
+}
+
+impl ReverseRuns {
+    fn new() -> nix::Result<ReverseRuns> {
+        let (ended_tx, ended_rx) = mpsc::channel();
+        Ok(ReverseRuns {
+            data: Arc::default(),
+            ended: Arc::new(EventFd::from_value_and_flags(
+                0,
+                EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
+            )?),
+            ended_rx,
+            ended_tx,
+            running: HashMap::new(),
+        })
+    }
+
+    /// Stops every run as `sig` stops sbm-send, and waits for each to send its summary.
+    fn stop_all(&mut self, sig: Signal) {
+        for (_, stop) in self.running.values() {
+            let _ = stop.write(sig as i32 as u64);
+        }
+        for (_, (thread, _)) in self.running.drain() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Sink<'_> {
@@ -385,6 +434,11 @@ impl Sink<'_> {
                     if before < IPERF3_COOKIE_LEN as u64 {
                         let take = n.min(IPERF3_COOKIE_LEN - before as usize);
                         conn.opening.extend_from_slice(&self.buf[..take]);
+                        if let Some(opening) = Opening::of(&conn.opening) {
+                            // The thread that takes it over reads on from here.
+                            conn.opening.extend_from_slice(&self.buf[take..n]);
+                            return Some(Ending::Reverse(opening));
+                        }
                         // An iperf3 client sends its cookie and waits for an answer that
                         // will not come: end it now, saying what it is.
                         if conn.bytes == IPERF3_COOKIE_LEN as u64
@@ -569,7 +623,12 @@ impl Sink<'_> {
             Ending::Signal(s) => format!("cut short by {s}"),
             Ending::Idle(t) => format!("closed: nothing received for {t:?} (--idle-timeout)"),
             Ending::Foreign(peer) => format!("is {}; closed", peer.explain()),
+            Ending::Reverse(_) => String::new(),
         };
+        if let Ending::Reverse(opening) = ending {
+            self.start_reverse(opening, conn)?;
+            return self.resume_accepting();
+        }
         let end = conn.elapsed();
         if let Ending::Foreign(_) = ending {
             // Another tool's control bytes, not a stream to account for: one line only.
@@ -603,6 +662,80 @@ impl Sink<'_> {
         self.finished_conns += 1;
         // A descriptor and a connection slot are free again.
         self.resume_accepting()
+    }
+
+    /// Hands a connection of `sbm-send -R` to a thread: a control connection's run, or a
+    /// data connection to the run that waits for it.
+    fn start_reverse(&mut self, opening: Opening, conn: Conn) -> Result<(), SinkError> {
+        let spawn_failed = |e| SinkError::Os {
+            what: "starting a reverse run's thread",
+            source: e,
+        };
+        match opening {
+            Opening::Data => {
+                crate::say!(
+                    "[{:>3}] {} is a reverse run's data connection",
+                    conn.id,
+                    conn.peer
+                );
+                let data = self.reverse.data.clone();
+                let (id, peer) = (conn.id, conn.peer);
+                std::thread::Builder::new()
+                    .name("reverse-data".into())
+                    .spawn(move || {
+                        if let Err(e) = reverse::serve_data(conn.sock, conn.opening, &data) {
+                            eprintln!("sbm-sink: [{id:>3}] {peer}: not a reverse run's data connection: {e}; closed");
+                        }
+                    })
+                    .map_err(spawn_failed)?;
+            }
+            Opening::Control => {
+                crate::say!(
+                    "[{:>3}] {} asks for a reverse run (sbm-send -R): this sink sends, and measures its sending",
+                    conn.id,
+                    conn.peer
+                );
+                let stop = Arc::new(
+                    EventFd::from_value_and_flags(
+                        0,
+                        EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
+                    )
+                    .map_err(os("eventfd"))?,
+                );
+                let setup = reverse::ServeSetup {
+                    conn: conn.id,
+                    peer: conn.peer,
+                    data: self.reverse.data.clone(),
+                    out_dir: self.cfg.out_dir.clone(),
+                    quiet: self.cfg.quiet,
+                    stop: stop.clone(),
+                };
+                let (tx, ended) = (self.reverse.ended_tx.clone(), self.reverse.ended.clone());
+                let id = conn.id;
+                let thread = std::thread::Builder::new()
+                    .name(format!("reverse-{id}"))
+                    .spawn(move || {
+                        let line = reverse::serve_control(conn.sock, conn.opening, setup);
+                        let _ = tx.send((id, line));
+                        let _ = ended.write(1);
+                    })
+                    .map_err(spawn_failed)?;
+                self.reverse.running.insert(id, (thread, stop));
+            }
+        }
+        Ok(())
+    }
+
+    /// The reverse runs that ended: a line each, and each counts for --once and --conns.
+    fn finish_reverse_runs(&mut self) {
+        let _ = self.reverse.ended.read();
+        while let Ok((id, line)) = self.reverse.ended_rx.try_recv() {
+            if let Some((thread, _)) = self.reverse.running.remove(&id) {
+                let _ = thread.join();
+            }
+            crate::say!("[{id:>3}] reverse run {line}");
+            self.finished_conns += 1;
+        }
     }
 
     fn tick(&mut self) -> Result<(), SinkError> {
@@ -707,6 +840,13 @@ pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
             EpollEvent::new(EpollFlags::EPOLLIN, SIGNAL_TOKEN),
         )
         .map_err(os("epoll_ctl(ADD signalfd)"))?;
+    let reverse = ReverseRuns::new().map_err(os("eventfd"))?;
+    epoll
+        .add(
+            reverse.ended.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, REVERSE_TOKEN),
+        )
+        .map_err(os("epoll_ctl(ADD eventfd)"))?;
     let bound = listener
         .local_addr()
         .ok()
@@ -734,6 +874,7 @@ pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
         refusals: RateLimitedLog::default(),
         totals: vec![],
         replies: HashMap::new(),
+        reverse,
     };
     let mut events = [EpollEvent::empty(); 64];
     loop {
@@ -750,12 +891,20 @@ pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
         for ev in &events[..n] {
             match ev.data() {
                 LISTEN_TOKEN => sink.accept_all()?,
+                REVERSE_TOKEN => sink.finish_reverse_runs(),
                 SIGNAL_TOKEN => {
                     if let Some(sig) = signals.take() {
                         crate::say!(
                             "sbm-sink: {sig}: closing {} open connection(s)",
                             sink.conns.len()
                         );
+                        if !sink.reverse.running.is_empty() {
+                            crate::say!(
+                                "sbm-sink: {sig}: stopping {} reverse run(s); their summaries go back to their clients",
+                                sink.reverse.running.len()
+                            );
+                            sink.reverse.stop_all(sig);
+                        }
                         let open: Vec<u64> = sink.conns.keys().copied().collect();
                         for token in open {
                             sink.close_conn(token, Ending::Signal(sig.to_string()))?;
@@ -783,7 +932,10 @@ pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
         // After the tick too: --once and --conns count a connection closed by
         // --idle-timeout as well as one its peer closed. Replies under way are finished (or
         // given up) first: the sender is waiting for its own.
-        if cfg.exit_after.is_some_and(|n| sink.finished_conns >= n) && sink.replies.is_empty() {
+        if cfg.exit_after.is_some_and(|n| sink.finished_conns >= n)
+            && sink.replies.is_empty()
+            && sink.reverse.running.is_empty()
+        {
             return Ok(sink.totals);
         }
     }

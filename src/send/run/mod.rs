@@ -180,17 +180,35 @@ struct RunAcc {
 
 /// Connects with a timeout and returns the socket, already configured.
 fn connect(cfg: &SendConfig) -> Result<(Socket, Vec<OptionReport>), SetupError> {
-    let sock = Socket::new(
-        Domain::for_address(cfg.peer),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )
-    .map_err(|e| SetupError::Os {
-        what: "socket()",
+    let sock = tcp_socket(cfg.peer)?;
+    let options = sockopt::apply_sender_options(sock.as_fd(), &cfg.options)?;
+    bind_and_connect(&sock, cfg.peer, cfg.bind, cfg.connect_timeout)?;
+    sock.set_nonblocking(true).map_err(|e| SetupError::Os {
+        what: "set O_NONBLOCK",
         source: e,
     })?;
-    let options = sockopt::apply_sender_options(sock.as_fd(), &cfg.options)?;
-    if let Some(local) = cfg.bind {
+    Ok((sock, options))
+}
+
+/// A TCP socket of `peer`'s family.
+pub(super) fn tcp_socket(peer: SocketAddr) -> Result<Socket, SetupError> {
+    Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP)).map_err(|e| {
+        SetupError::Os {
+            what: "socket()",
+            source: e,
+        }
+    })
+}
+
+/// Binds `sock` to `local` (when given) and connects it to `peer` within `timeout`, each
+/// failure said as what to do about it.
+pub(super) fn bind_and_connect(
+    sock: &Socket,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    timeout: Duration,
+) -> Result<(), SetupError> {
+    if let Some(local) = local {
         sock.bind(&SockAddr::from(local))
             .map_err(|e| SetupError::Bind {
                 addr: local,
@@ -203,19 +221,26 @@ fn connect(cfg: &SendConfig) -> Result<(Socket, Vec<OptionReport>), SetupError> 
                 },
             })?;
     }
-    sock.connect_timeout(&SockAddr::from(cfg.peer), cfg.connect_timeout)
+    sock.connect_timeout(&SockAddr::from(peer), timeout)
         .map_err(|e| SetupError::Connect {
-            addr: cfg.peer,
+            addr: peer,
             reason: match e.kind() {
                 io::ErrorKind::ConnectionRefused => {
                     "connection refused (is sbm-sink listening there?)".into()
                 }
                 io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-                    format!("no answer within {:?}", cfg.connect_timeout)
+                    format!("no answer within {timeout:?}")
                 }
                 _ => e.to_string(),
             },
-        })?;
+        })
+}
+
+/// Configures a connection the peer opened (`-R`) as [`connect`] configures its own. The
+/// options that only act before the handshake (the window scale a send buffer implies) were
+/// the listener's; the rest apply as on a connected socket.
+fn adopt(cfg: &SendConfig, sock: Socket) -> Result<(Socket, Vec<OptionReport>), SetupError> {
+    let options = sockopt::apply_sender_options(sock.as_fd(), &cfg.options)?;
     sock.set_nonblocking(true).map_err(|e| SetupError::Os {
         what: "set O_NONBLOCK",
         source: e,
@@ -494,7 +519,7 @@ impl<'a> Sender<'a> {
                 crate::cli::print_json_event("interval", None, &row);
             }
             if !self.cfg.quiet {
-                crate::say!("{}", human::send_interval_line(&row));
+                crate::say!("{}{}", self.cfg.line_tag(), human::send_interval_line(&row));
             }
         }
         self.out
@@ -754,11 +779,13 @@ impl<'a> Sender<'a> {
 
 /// What the caller started beside the loop before the socket existed (both act on the
 /// sockets created after them): the BPF replenish program that `--replenish-impl bpf`
-/// reads, and the source of `--exact-departures`.
+/// reads, and the source of `--exact-departures`; or the connection itself, when the
+/// receiver opened it (`-R`: sbm-sink sends on a socket it accepted).
 #[derive(Default)]
 pub struct Attached {
     pub rule: Option<Arc<dyn SocketRule>>,
     pub departures: Option<Box<dyn DepartureSource>>,
+    pub connected: Option<Socket>,
 }
 
 /// Runs sbm-send with a resolved configuration and nothing attached.
@@ -782,9 +809,13 @@ pub fn run_with_stop(
     let Attached {
         rule,
         mut departures,
+        connected,
     } = attached;
     let out = Outputs::create(cfg.out_dir.as_deref(), cfg.write_log)?;
-    let (sock, mut options) = connect(cfg)?;
+    let (sock, mut options) = match connected {
+        Some(sock) => adopt(cfg, sock)?,
+        None => connect(cfg)?,
+    };
     // Trip times: the hello (boot id) goes first, before TX timestamps are enabled, so
     // that OPT_ID_TCP keys count measured bytes only.
     let hello_len = if cfg.trip_times {
@@ -952,7 +983,7 @@ pub fn run_with_stop(
     }
     // A flow of -P prints no header: the owner prints one for every flow.
     if !cfg.quiet && cfg.interval_tap.is_none() {
-        crate::say!("{}", human::send_interval_header());
+        crate::say!("{tag}{}", human::send_interval_header());
     }
     let drain = s.event_loop();
     let about = RunAbout {
