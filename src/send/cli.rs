@@ -25,6 +25,7 @@ Examples:
   sbm-send --connect 198.18.2.1 -l 4KiB --replenish-time 15ms --sub-mss-clause off   # report §6
   sbm-send -c 127.0.0.1 -t 5s -J -q | jq .sojourn_sampled    # the summary as JSON on stdout
   sbm-send -c 198.18.0.2 -P 4 -t 30s --out /tmp/four            # four flows, SUM lines as iperf
+  sbm-send -c 198.18.0.2 -R -t 10 --notsent-lowat 16KB   # the sink sends and measures (iperf's -R)
 
 ",
     crate::units_help!(),
