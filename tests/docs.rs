@@ -1,7 +1,9 @@
 //! README.md and docs/ cannot go stale unseen: the README stays short and starts with the
 //! two commands CI runs, every relative link in the documentation leads to a file (and an
-//! anchor to a heading), and the loopback run the README shows is run as written, its output
-//! compared line by line in shape with the sample printed there.
+//! anchor to a heading), the loopback run the README shows is run as written, its output
+//! compared line by line in shape with the sample printed there, every command the
+//! documentation shows for sbm's programs is accepted by its program as written, and the
+//! usage doc's short loopback runs run.
 
 mod common;
 
@@ -251,4 +253,194 @@ fn the_compare_sample_in_the_matrix_doc_is_current() {
         res.stdout.trim_end(),
         "docs/matrix.md's compare sample is stale"
     );
+}
+
+/// One command line of the documentation as the program it runs sees it: the program's
+/// name and its arguments, or None for a line that runs none of sbm's programs.
+fn sbm_command(line: &str) -> Option<(String, Vec<String>)> {
+    let line = line.trim().trim_start_matches("$ ");
+    // Shell: what follows a comment mark, a pipe or a background `&` is not the program's.
+    let line = line.split(" #").next()?.split(" | ").next()?;
+    let mut words: Vec<&str> = line.split_whitespace().collect();
+    if words.last() == Some(&"&") {
+        words.pop();
+    }
+    if words.starts_with(&["ip", "netns", "exec"]) && words.len() > 3 {
+        words.drain(..4);
+    }
+    let program = words.first()?.trim_start_matches("target/release/");
+    // A sample of output ("sbm-send 0.1.0: …"), not a command.
+    if words.get(1).is_some_and(|w| w.ends_with(':')) {
+        return None;
+    }
+    let (name, mut args): (&str, Vec<String>) = match program {
+        "sbm-send" | "sbm-sink" | "sbm-trace" | "sbm-matrix" | "sbm-testbed" | "sbm-delay" => {
+            (program, vec![])
+        }
+        "scripts/matrix" => ("sbm-matrix", vec![]),
+        "testbed/wan" => ("sbm-testbed", vec!["wan".into()]),
+        "testbed/shape" => ("sbm-testbed", vec!["shape".into()]),
+        "testbed/uml" => ("sbm-testbed", vec!["uml".into()]),
+        _ => return None,
+    };
+    args.extend(words[1..].iter().map(|w| w.to_string()));
+    Some((name.to_string(), args))
+}
+
+/// The command lines of a code block, continuation lines (`\`) joined.
+fn command_lines(body: &[String]) -> Vec<String> {
+    let mut out = vec![];
+    let mut pending = String::new();
+    for line in body {
+        match line.trim_end().strip_suffix('\\') {
+            Some(part) => pending.push_str(part),
+            None => {
+                pending.push_str(line);
+                out.push(std::mem::take(&mut pending));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `name` accepts `args` as its command line (clap's parse, and sbm-send's and
+/// sbm-sink's checks of values beyond it; names are not resolved).
+fn accepted(name: &str, args: &[String]) -> Result<(), String> {
+    use clap::Parser;
+    let argv = std::iter::once(name.to_string()).chain(args.iter().cloned());
+    let parsed = |e: clap::Error| e.to_string().lines().next().unwrap_or("").to_string();
+    match name {
+        "sbm-send" => sbm::send::cli::SendArgs::try_parse_from(argv)
+            .map_err(parsed)?
+            .check()
+            .map(|_| ()),
+        "sbm-sink" => sbm::sink::cli::SinkArgs::try_parse_from(argv)
+            .map_err(parsed)?
+            .listen_spec()
+            .map(|_| ()),
+        "sbm-matrix" => sbm::matrix::Cli::try_parse_from(argv)
+            .map(|_| ())
+            .map_err(parsed),
+        "sbm-testbed" => sbm::testbed::Cli::try_parse_from(argv)
+            .map(|_| ())
+            .map_err(parsed),
+        #[cfg(feature = "bpf")]
+        "sbm-trace" => sbm::trace::cli::TraceArgs::try_parse_from(argv)
+            .map(|_| ())
+            .map_err(parsed),
+        _ => Ok(()),
+    }
+}
+
+/// Every command the documentation shows for sbm's programs (README.md, docs/, the test
+/// bed's README) is one its program accepts as written: no renamed flag, no value out of
+/// range, no unit it refuses. A command that another runs after `--` (testbed/uml run …
+/// -- sbm-send …) is checked too; `…` marks a line left to the reader and is not.
+#[test]
+fn every_command_the_documentation_shows_is_accepted_as_written() {
+    let mut checked = 0;
+    let mut refused = vec![];
+    for doc in documents() {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for (_, body) in code_blocks(&text) {
+            for line in command_lines(&body) {
+                let Some((name, args)) = sbm_command(&line) else {
+                    continue;
+                };
+                // The outer command, up to `--`, and the inner one after it.
+                let split = args.iter().position(|a| a == "--");
+                // (The outer one with a stand-in for the command it runs.)
+                let (outer, inner) = match split {
+                    Some(i) => (
+                        [&args[..=i], &["true".to_string()][..]].concat(),
+                        Some(&args[i + 1..]),
+                    ),
+                    None => (args.clone(), None),
+                };
+                let mut runs = vec![(name.clone(), outer)];
+                if let Some(inner) = inner.and_then(|w| sbm_command(&w.join(" "))) {
+                    runs.push(inner);
+                }
+                for (name, args) in runs {
+                    if args
+                        .iter()
+                        .any(|a| a.contains('…') || a == "..." || a == "CMD")
+                    {
+                        continue;
+                    }
+                    checked += 1;
+                    if let Err(e) = accepted(&name, &args) {
+                        refused.push(format!(
+                            "{}: `{name} {}`: {e}",
+                            doc.strip_prefix(repo()).unwrap().display(),
+                            args.join(" ")
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{checked} documented commands checked");
+    assert!(
+        checked >= 30,
+        "only {checked} commands found: is the parser of the docs right?"
+    );
+    assert!(
+        refused.is_empty(),
+        "refused as written:\n{}",
+        refused.join("\n")
+    );
+}
+
+/// The usage doc's short loopback runs run as written (a free port added): each ends with
+/// status 0 and its summary.
+#[test]
+fn the_usage_docs_short_loopback_runs_run() {
+    let _g = serial();
+    let doc = read("docs/usage.md");
+    let runs: Vec<(String, Vec<String>)> = code_blocks(&doc)
+        .into_iter()
+        .flat_map(|(_, body)| command_lines(&body))
+        .filter_map(|l| sbm_command(&l))
+        .filter(|(name, args)| {
+            name == "sbm-send"
+                && args
+                    .iter()
+                    .any(|a| a == "127.0.0.1" || a.starts_with("[::1]"))
+                && !args.iter().any(|a| a == "--out")
+        })
+        .collect();
+    assert!(runs.len() >= 2, "{runs:?}");
+    for (_, args) in runs {
+        let sink = Sink::start("[::]:0", &["-q"]);
+        let port = sink.addr.rsplit_once(':').unwrap().1.to_string();
+        let mut args: Vec<String> = args
+            .into_iter()
+            .map(|a| match a.strip_suffix(":5301") {
+                Some(host) => format!("{host}:{port}"),
+                None => a,
+            })
+            .collect();
+        if !args.iter().any(|a| a.ends_with(&format!(":{port}"))) {
+            args.extend(["-p".to_string(), port.clone()]);
+        }
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let res = run("sbm-send", &argv, Duration::from_secs(60));
+        assert_eq!(
+            res.code(),
+            Some(0),
+            "sbm-send {}: {}",
+            args.join(" "),
+            res.stderr
+        );
+        assert!(
+            res.stdout
+                .lines()
+                .any(|l| l.ends_with("complete") || l.starts_with("complete: ")),
+            "sbm-send {}: {}",
+            args.join(" "),
+            res.stdout
+        );
+        sink.stop();
+    }
 }
