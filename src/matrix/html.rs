@@ -388,6 +388,19 @@ fn answer_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
             .filter_map(|g| Some((g, g.p50()?.median)))
             .collect();
         if at.len() < 2 {
+            // Nothing to rank is an answer too (a run under --light measures no sojourn).
+            let finished = groups
+                .iter()
+                .filter(|g| &g.rate == rate && !g.ok().is_empty())
+                .count();
+            if finished > 0 {
+                items.push(format!(
+                    "<li>At {}: {} of {finished} configurations with a finished run have a \
+                     delay figure, so nothing to rank (see the table).</li>",
+                    escape(&rate_header(rate)),
+                    at.len()
+                ));
+            }
             continue;
         }
         at.sort_by(|a, b| a.1.total_cmp(&b.1));

@@ -590,6 +590,17 @@ pub(super) fn write_plots(
     let write = |name: &str, charts: &[Chart]| {
         std::fs::write(plots.join(name), svg::render(charts)).map_err(|e| format!("{name}: {e}"))
     };
+    // A plot of the run as a whole with nothing to draw (no sojourn measured: --light) is
+    // left out, and one an earlier report wrote is removed: the pages show what exists.
+    let write_if_drawn = |name: &str, chart: Chart| {
+        if chart.series.iter().all(|s| s.points.is_empty()) {
+            return match std::fs::remove_file(plots.join(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("{name}: {e}")),
+                _ => Ok(()),
+            };
+        }
+        write(name, &[chart])
+    };
     // Per rate: the sojourn CDF of every configuration on one log axis.
     for rate in &spec.axes.rate {
         let mut chart = Chart {
@@ -629,7 +640,7 @@ pub(super) fn write_plots(
                 style: Style::Line,
             });
         }
-        write(&format!("cdf-{}.svg", rate.to_ascii_lowercase()), &[chart])?;
+        write_if_drawn(&format!("cdf-{}.svg", rate.to_ascii_lowercase()), chart)?;
     }
     // Per cell, over time: what a reader needs to understand the cell.
     for c in cells {
@@ -821,6 +832,26 @@ pub(super) fn write_plots(
                 ..Default::default()
             });
         }
+        // A cell of several flows (-P): each flow's goodput over time, from its own
+        // intervals.csv (the cell's directory has none of its own).
+        let flows: Vec<Series> = (1..)
+            .map(|k| (k, run_dir.join(&c.name).join(format!("flow-{k}"))))
+            .take_while(|(_, d)| d.is_dir())
+            .map(|(k, d)| Series {
+                name: format!("flow {k}"),
+                points: interval_series(&d, "goodput_bps", 1e-6),
+                style: Style::Line,
+            })
+            .collect();
+        if flows.iter().any(|s| !s.points.is_empty()) {
+            charts.push(Chart {
+                title: format!("{}: goodput per flow", c.name),
+                x_label: "time since connect (s)".into(),
+                y_label: "goodput (Mb/s)".into(),
+                series: flows,
+                ..Default::default()
+            });
+        }
         let name = format!("cell-{}.svg", c.name);
         if charts.is_empty() {
             // Not run yet (or nothing recorded): no picture, and none left from an earlier
@@ -890,7 +921,7 @@ pub(super) fn write_plots(
         chart.y_log = true;
         chart.y_label = "goodput (Mb/s, log)".into();
     }
-    write("goodput-vs-sojourn.svg", &[chart])
+    write_if_drawn("goodput-vs-sojourn.svg", chart)
 }
 
 /// Median of an intervals.csv column over the intervals after the warm-up.
