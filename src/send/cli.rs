@@ -59,7 +59,7 @@ pub enum EpollArg {
 /// Nonblocking epoll TCP sender that measures how long each write waits in the sender's
 /// own socket buffer (TX_SCHED − write time), with TX_SND and TX_ACK times beside it.
 #[derive(Debug, Parser)]
-#[command(name = "sbm-send", version, after_help = EXAMPLES)]
+#[command(name = "sbm-send", version, disable_version_flag = true, after_help = EXAMPLES)]
 pub struct SendArgs {
     /// Receiver (sbm-sink) as HOST:PORT, [V6]:PORT or HOST (port 5301, or -p).
     #[arg(short = 'c', long, value_name = "HOST:PORT")]
@@ -303,6 +303,11 @@ pub struct SendArgs {
 
     #[command(flatten)]
     pub source: SourceArgs,
+
+    /// Print sbm's version. (iperf3's -V is --verbose: sbm prints what that adds — the
+    /// kernel, the options as set and read back, the timestamping mode — on every run.)
+    #[arg(short = 'V', long, action = clap::ArgAction::Version)]
+    pub version: Option<bool>,
 }
 
 /// A replenish time: whole microseconds, at most u32::MAX µs, 0 allowed (off).

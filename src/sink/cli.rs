@@ -27,7 +27,7 @@ Stop it with Ctrl-C (open connections get their totals first).
 /// Discard receiver for sbm-send (and any TCP sender): reads and discards, reporting
 /// per-connection goodput per interval.
 #[derive(Debug, Parser)]
-#[command(name = "sbm-sink", version, after_help = EXAMPLES)]
+#[command(name = "sbm-sink", version, disable_version_flag = true, after_help = EXAMPLES)]
 pub struct SinkArgs {
     /// Address to listen on (default 0.0.0.0:5301; port 0 picks a free port, printed at
     /// start).
@@ -99,6 +99,11 @@ pub struct SinkArgs {
     /// 0s = never.
     #[arg(long, default_value = "120s", value_parser = units::parse_seconds_or_zero, value_name = "DUR")]
     pub idle_timeout: Duration,
+
+    /// Print sbm's version. (iperf3's -V is --verbose: sbm prints what that adds — the
+    /// kernel, the options as set and read back, the timestamping mode — on every run.)
+    #[arg(short = 'V', long, action = clap::ArgAction::Version)]
+    pub version: Option<bool>,
 }
 
 impl SinkArgs {
