@@ -1,0 +1,398 @@
+//! Figures quoted in prose are claims, and claims are checked by a machine, as the tables
+//! are. results/claims.toml says, for each figure results/README.md quotes, where it comes
+//! from — a committed CSV's rows and column (or JSON files and a pointer), a statistic over
+//! them — and how the text writes it; this test recomputes each one and fails when the text
+//! and the files disagree (a changed figure in either fails it). The findings page at the top
+//! of results/README.md writes each of its figures in bold, and every bold figure there must
+//! be one a claim checks. Over the whole document it prints how many figures claims cover
+//! and how many they do not yet.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[derive(Debug, Deserialize)]
+struct Claims {
+    claim: Vec<Claim>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Claim {
+    /// The document's words around the figure, verbatim (digit groups may be spaced).
+    text: String,
+    /// The document (default results/README.md).
+    #[serde(default = "default_doc")]
+    doc: String,
+    /// The files: CSVs, or JSON with `pointer`; a `*` matches within one path component.
+    rows: String,
+    /// JSON: the value in each file.
+    pointer: Option<String>,
+    /// CSV: `column=a|b` (one of), `column!=a` (none of); all must hold.
+    #[serde(default, rename = "where")]
+    filter: Vec<String>,
+    /// CSV: the column the statistic reads.
+    column: Option<String>,
+    /// Each value times this (1e-6: bit/s to Mb/s), plus `offset`.
+    #[serde(default = "one")]
+    scale: f64,
+    #[serde(default)]
+    offset: f64,
+    /// `value` (every value the same), `min`, `max`, `median`, `sum`, `count` (rows),
+    /// `range` (min–max), `count_in LO HI` (K of N: how many values lie in [LO, HI]).
+    stat: String,
+    /// How the text writes a number: this many decimals (default 0), or `delay` (µs as
+    /// the tables write delays: 273 ms, 22.90 s).
+    #[serde(default)]
+    decimals: usize,
+    #[serde(default)]
+    delay: bool,
+}
+
+fn default_doc() -> String {
+    "results/README.md".into()
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// The files `pattern` names: `*` in a component matches any run of characters there.
+fn expand(pattern: &str) -> Vec<PathBuf> {
+    let mut paths = vec![repo()];
+    for part in pattern.split('/') {
+        let mut next = vec![];
+        for base in &paths {
+            match part.split_once('*') {
+                None => next.push(base.join(part)),
+                Some((pre, post)) => {
+                    let Ok(rd) = std::fs::read_dir(base) else {
+                        continue;
+                    };
+                    let mut found: Vec<PathBuf> = rd
+                        .flatten()
+                        .filter(|e| {
+                            let n = e.file_name();
+                            let n = n.to_string_lossy();
+                            n.len() >= pre.len() + post.len()
+                                && n.starts_with(pre)
+                                && n.ends_with(post)
+                        })
+                        .map(|e| e.path())
+                        .collect();
+                    found.sort();
+                    next.extend(found);
+                }
+            }
+        }
+        paths = next;
+    }
+    paths
+        .into_iter()
+        .filter(|p| sbm::report::compressed::exists(p))
+        .collect()
+}
+
+fn read_text(path: &Path) -> String {
+    let mut s = String::new();
+    std::io::Read::read_to_string(
+        &mut sbm::report::compressed::open(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        &mut s,
+    )
+    .unwrap();
+    s
+}
+
+/// The values a claim reads, or why it cannot.
+fn values(c: &Claim) -> Result<Vec<f64>, String> {
+    let files = expand(&c.rows);
+    if files.is_empty() {
+        return Err(format!("no file matches {}", c.rows));
+    }
+    let mut out = vec![];
+    for f in &files {
+        let text = read_text(f);
+        if let Some(pointer) = &c.pointer {
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+            let x = v
+                .pointer(pointer)
+                .and_then(serde_json::Value::as_f64)
+                .ok_or_else(|| format!("{}: no number at {pointer}", f.display()))?;
+            out.push(x * c.scale + c.offset);
+            continue;
+        }
+        let mut rdr = csv::Reader::from_reader(text.as_bytes());
+        let headers = rdr.headers().map_err(|e| e.to_string())?.clone();
+        let col = |name: &str| {
+            headers
+                .iter()
+                .position(|h| h == name)
+                .ok_or_else(|| format!("{}: no column {name}", f.display()))
+        };
+        let mut tests = vec![];
+        for w in &c.filter {
+            let (name, negate, alts) = match w.split_once("!=") {
+                Some((n, v)) => (n, true, v),
+                None => {
+                    let (n, v) = w
+                        .split_once('=')
+                        .ok_or_else(|| format!("where '{w}': column=value"))?;
+                    (n, false, v)
+                }
+            };
+            let alts: Vec<String> = alts.split('|').map(str::to_string).collect();
+            tests.push((col(name)?, negate, alts));
+        }
+        let value_col = c.column.as_deref().map(col).transpose()?;
+        for rec in rdr.records() {
+            let rec = rec.map_err(|e| e.to_string())?;
+            let keep = tests.iter().all(|(i, negate, alts)| {
+                alts.iter().any(|a| rec.get(*i) == Some(a.as_str())) != *negate
+            });
+            if !keep {
+                continue;
+            }
+            match value_col {
+                None => out.push(1.0),
+                Some(i) => {
+                    let cell = rec.get(i).unwrap_or("");
+                    let x: f64 = cell.parse().map_err(|_| {
+                        format!(
+                            "{}: '{cell}' in {:?} is not a number",
+                            f.display(),
+                            c.column
+                        )
+                    })?;
+                    out.push(x * c.scale + c.offset);
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("no row of {} passes {:?}", c.rows, c.filter));
+    }
+    Ok(out)
+}
+
+fn number(c: &Claim, x: f64) -> String {
+    if c.delay {
+        sbm::matrix::format::fmt_delay(x.round() as u64)
+    } else {
+        format!("{x:.*}", c.decimals)
+    }
+}
+
+/// What the text must say, from the files.
+fn rendered(c: &Claim) -> Result<String, String> {
+    let v = values(c)?;
+    let sorted = {
+        let mut s = v.clone();
+        s.sort_by(f64::total_cmp);
+        s
+    };
+    let (lo, hi) = (sorted[0], sorted[sorted.len() - 1]);
+    let mut words = c.stat.split_whitespace();
+    Ok(match words.next().unwrap_or("") {
+        "count" => v.len().to_string(),
+        "min" => number(c, lo),
+        "max" => number(c, hi),
+        "sum" => number(c, v.iter().sum()),
+        "median" => {
+            let n = sorted.len();
+            let m = if n % 2 == 1 {
+                sorted[n / 2]
+            } else {
+                (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+            };
+            number(c, m)
+        }
+        "range" => format!("{}–{}", number(c, lo), number(c, hi)),
+        "value" => {
+            let first = number(c, lo);
+            if number(c, hi) != first {
+                return Err(format!(
+                    "the values differ ({first} to {}): not one value",
+                    number(c, hi)
+                ));
+            }
+            first
+        }
+        "count_in" => {
+            let bound = |w: Option<&str>| -> Result<f64, String> {
+                w.and_then(|s| s.parse().ok())
+                    .ok_or_else(|| format!("stat '{}': count_in LO HI", c.stat))
+            };
+            let (a, b) = (bound(words.next())?, bound(words.next())?);
+            let k = v.iter().filter(|x| (a..=b).contains(*x)).count();
+            format!("{k} of {}", v.len())
+        }
+        other => return Err(format!("unknown stat '{other}'")),
+    })
+}
+
+/// The text as the checker reads it: every run of white space (a line break in a wrapped
+/// paragraph too) one space, and digit groups written apart ("7 068", "5 417 448") one
+/// number.
+fn ungrouped(s: &str) -> String {
+    let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len());
+    for (i, &ch) in chars.iter().enumerate() {
+        let grouped = (ch == ' ' || ch == '\u{202f}')
+            && i > 0
+            && chars[i - 1].is_ascii_digit()
+            && chars.len() > i + 3
+            && chars[i + 1..i + 4].iter().all(char::is_ascii_digit)
+            && chars.get(i + 4).is_none_or(|c| !c.is_ascii_digit());
+        if !grouped {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+fn load() -> Vec<Claim> {
+    let text = std::fs::read_to_string(repo().join("results/claims.toml")).unwrap();
+    toml::from_str::<Claims>(&text)
+        .unwrap_or_else(|e| panic!("results/claims.toml: {e}"))
+        .claim
+}
+
+/// The figures of `text`: runs of digits with their decimals, digit groups joined.
+fn figures(text: &str) -> Vec<String> {
+    let text = ungrouped(text);
+    let mut out = vec![];
+    let mut cur = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    for (i, &ch) in chars.iter().enumerate() {
+        let decimal_point =
+            ch == '.' && !cur.is_empty() && chars.get(i + 1).is_some_and(char::is_ascii_digit);
+        if ch.is_ascii_digit() || decimal_point {
+            cur.push(ch);
+        } else if !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// The findings page: from its heading to the next second-level heading.
+fn findings(doc: &str) -> &str {
+    let start = doc
+        .find("\n## Findings")
+        .expect("results/README.md opens with a '## Findings' page");
+    let rest = &doc[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
+    &rest[..end]
+}
+
+/// The bold spans of `md` that hold a figure.
+fn bold_figures(md: &str) -> Vec<String> {
+    md.split("**")
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_claim_in_the_results_readme_is_what_its_files_say() {
+    let claims = load();
+    let mut docs: BTreeMap<String, String> = BTreeMap::new();
+    let mut wrong = vec![];
+    for c in &claims {
+        let doc = docs
+            .entry(c.doc.clone())
+            .or_insert_with(|| ungrouped(&std::fs::read_to_string(repo().join(&c.doc)).unwrap()));
+        let text = ungrouped(&c.text);
+        if !doc.contains(&text) {
+            wrong.push(format!("{}: the text '{}' is not there", c.doc, c.text));
+            continue;
+        }
+        match rendered(c) {
+            Ok(r) if text.contains(&r) => {}
+            Ok(r) => wrong.push(format!(
+                "{}: '{}' — the files say {r} ({} {} over {})",
+                c.doc,
+                c.text,
+                c.stat,
+                c.column
+                    .as_deref()
+                    .or(c.pointer.as_deref())
+                    .unwrap_or("rows"),
+                c.rows
+            )),
+            Err(e) => wrong.push(format!("{}: '{}': {e}", c.doc, c.text)),
+        }
+    }
+    // The findings page: each figure bold, each bold figure a checked claim's.
+    let readme = std::fs::read_to_string(repo().join("results/README.md")).unwrap();
+    let page = findings(&readme);
+    let claimed: Vec<String> = claims
+        .iter()
+        .filter(|c| c.doc == "results/README.md")
+        .map(|c| ungrouped(&c.text))
+        .collect();
+    let mut unchecked_findings = 0;
+    for b in bold_figures(page) {
+        let b = ungrouped(&b);
+        if !claimed.iter().any(|t| t.contains(&b)) {
+            unchecked_findings += 1;
+            wrong.push(format!(
+                "results/README.md findings: '**{b}**' is no claim's (results/claims.toml)"
+            ));
+        }
+    }
+    // Over the whole document: the figures inside a claim's text, and the rest.
+    let all = figures(&readme).len();
+    let covered: usize = claimed.iter().map(|t| figures(t).len()).sum();
+    eprintln!(
+        "results/README.md: {} claims checked; {covered} of its {all} figures are in a claim's text, {} not yet; findings page: {} bold figures, {unchecked_findings} unchecked",
+        claims.len(),
+        all.saturating_sub(covered),
+        bold_figures(page).len()
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_checker_reads_figures_as_the_text_writes_them() {
+    assert_eq!(
+        ungrouped("7 068 writes, 5 417 448 B, 2 of 111"),
+        "7068 writes, 5417448 B, 2 of 111"
+    );
+    assert_eq!(
+        figures("1.89 Mb/s (1.88–1.89), n = 5, 7 068"),
+        ["1.89", "1.88", "1.89", "5", "7068"]
+    );
+    assert_eq!(
+        bold_figures("**The §4 ordering** a **22.90 s** b **bold** c **80 of 80**"),
+        ["22.90 s", "80 of 80"]
+    );
+    assert_eq!(ungrouped("at\n  MSS 1 228"), "at MSS 1228");
+    let c = Claim {
+        text: String::new(),
+        doc: default_doc(),
+        rows: "results/paper/aggregates.csv".into(),
+        pointer: None,
+        filter: vec!["config=default".into(), "rate=2mbit".into()],
+        column: Some("p50_median_us".into()),
+        scale: 1.0,
+        offset: 0.0,
+        stat: "value".into(),
+        decimals: 0,
+        delay: true,
+    };
+    assert_eq!(rendered(&c).unwrap(), "22.90 s");
+}
