@@ -22,7 +22,11 @@ fn read(rel: &str) -> String {
 
 /// The documents a reader is sent to: README.md, docs/*.md and the test bed's README.
 fn documents() -> Vec<PathBuf> {
-    let mut v = vec![repo().join("README.md"), repo().join("testbed/README.md")];
+    let mut v = vec![
+        repo().join("README.md"),
+        repo().join("testbed/README.md"),
+        repo().join("results/README.md"),
+    ];
     let mut docs: Vec<PathBuf> = std::fs::read_dir(repo().join("docs"))
         .unwrap()
         .flatten()
