@@ -295,8 +295,13 @@ pub fn table_cell(g: &Group<'_>) -> String {
         }
         None => {
             let waiting: u64 = ok.iter().map(|r| r.unsent.unwrap_or(0)).sum();
+            // A sum over the runs reads as one run's count unless it says so.
+            let over = match ok.len() {
+                1 => String::new(),
+                n => format!(" (over the {n} runs)"),
+            };
             let mut t = if waiting > 0 {
-                format!("none of the {waiting} writes after the warm-up left the socket before the run ended")
+                format!("none of the {waiting} writes after the warm-up{over} left the socket before the run ended")
             } else {
                 "no sojourn measured".into()
             };
