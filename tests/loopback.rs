@@ -735,15 +735,31 @@ fn json_summary_is_all_of_stdout_and_port_and_bind_place_the_connection() {
         RUN,
     );
     assert_eq!(res.code(), Some(0), "{}", res.stderr);
-    let summary: serde_json::Value = serde_json::from_str(&res.stdout)
+    let mut summary: serde_json::Value = serde_json::from_str(&res.stdout)
         .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {}", res.stdout));
+    // The interval records, as iperf3's -J has them: intervals.csv's rows.
+    let intervals = summary
+        .as_object_mut()
+        .unwrap()
+        .remove("intervals")
+        .expect("-J carries the interval rows");
+    let csv_rows = read_csv(&dir.join("intervals.csv"));
+    assert_eq!(intervals.as_array().unwrap().len(), csv_rows.len());
+    assert!(!csv_rows.is_empty());
+    assert_eq!(
+        intervals[0]["bytes_acked"].as_u64().unwrap().to_string(),
+        csv_rows[0]["bytes_acked"]
+    );
     assert_eq!(summary["peer"], format!("127.0.0.1:{port}"));
     let local = summary["local"].as_str().unwrap();
     assert!(local.starts_with("127.0.0.2:"), "local address {local}");
     assert_eq!(summary["totals"]["writes"], 300);
     let stored: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary, stored, "-J prints what summary.json holds");
+    assert_eq!(
+        summary, stored,
+        "-J prints what summary.json holds, and the intervals"
+    );
     // The human text was not lost, only moved: interval lines and where the files went.
     assert!(res.stderr.contains("Interval"), "{}", res.stderr);
     assert!(res.stderr.contains("output: "), "{}", res.stderr);
@@ -1502,7 +1518,14 @@ fn reverse_and_bidir_run_the_sender_in_the_sink_and_bring_its_summary_back() {
         Duration::from_secs(60),
     );
     assert_eq!(res.code(), Some(0), "{}", res.stderr);
-    let doc: serde_json::Value = serde_json::from_str(&res.stdout).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&res.stdout).unwrap();
+    // The sender's interval rows came back with it (its intervals.csv there).
+    let intervals = doc.as_object_mut().unwrap().remove("intervals").unwrap();
+    assert_eq!(
+        intervals.as_array().unwrap().len(),
+        read_csv(&sink_dir.join("reverse-1").join("intervals.csv")).len()
+    );
+    assert!(intervals.as_array().unwrap().len() >= 2, "{intervals}");
     // The sender ran in the sink with the options given here.
     assert_eq!(doc["local"], sink.addr.as_str(), "{}", doc["local"]);
     assert_eq!(doc["config"]["write_size"], 16384, "{}", doc["config"]);
@@ -1607,6 +1630,10 @@ fn reverse_and_bidir_run_the_sender_in_the_sink_and_bring_its_summary_back() {
     assert_eq!(doc["rx"]["local"], sink.addr.as_str());
     for dir in ["tx", "rx"] {
         assert_eq!(doc[dir]["complete"], true, "{dir}");
+        assert!(
+            !doc[dir]["intervals"].as_array().unwrap().is_empty(),
+            "{dir}"
+        );
         let mbps = doc[dir]["totals"]["goodput_bps"].as_f64().unwrap() / 1e6;
         assert!((8.0..12.0).contains(&mbps), "{dir}: {mbps} Mb/s");
     }

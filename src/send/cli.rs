@@ -252,8 +252,9 @@ pub struct SendArgs {
     #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256), value_name = "N")]
     pub parallel: u16,
 
-    /// Print the summary as one JSON document on stdout (summary.json's schema) and nothing
-    /// else there: the banner, interval lines and notes go to stderr (iperf's -J).
+    /// Print the summary as one JSON document on stdout (summary.json's schema, with the
+    /// interval rows as `intervals`, as iperf3's -J) and nothing else there: the banner,
+    /// interval lines and notes go to stderr.
     #[arg(short = 'J', long)]
     pub json: bool,
 

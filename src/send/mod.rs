@@ -65,7 +65,7 @@ fn run_from_args(args: cli::SendArgs) -> Result<i32, crate::cli::Failure> {
     }
     let outcome = run::run_attached(&cfg, attached).map_err(crate::cli::Failure::env)?;
     if json {
-        crate::cli::print_json_document(&outcome.summary);
+        crate::cli::print_json_document(&json_document(&outcome.summary, &outcome.intervals));
     } else {
         if cfg.json_stream {
             crate::cli::print_json_event("end", None, &outcome.summary);
@@ -76,6 +76,22 @@ fn run_from_args(args: cli::SendArgs) -> Result<i32, crate::cli::Failure> {
         );
     }
     Ok(outcome.exit_code)
+}
+
+/// `-J`'s document: summary.json's fields and, as iperf3's `-J` has them, `intervals`:
+/// every interval row (intervals.csv's).
+pub(crate) fn json_document(
+    summary: &crate::report::schema::SendSummary,
+    intervals: &[impl serde::Serialize],
+) -> serde_json::Value {
+    let mut doc = serde_json::to_value(summary).expect("the schema serializes");
+    if let Some(o) = doc.as_object_mut() {
+        o.insert(
+            "intervals".into(),
+            serde_json::to_value(intervals).expect("the rows serialize"),
+        );
+    }
+    doc
 }
 
 /// `-R`: the sink sends; this side receives and prints the sender's summary. `--bidir`:

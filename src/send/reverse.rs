@@ -111,6 +111,9 @@ struct ReverseRequest {
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct ReverseResult {
     summary: Option<SendSummary>,
+    /// The sender's interval rows (intervals.csv's), for `-J`.
+    #[serde(default)]
+    intervals: Vec<serde_json::Value>,
     /// sbm-send's exit status for the run (2: the options were refused there).
     exit_code: i32,
     error: Option<String>,
@@ -182,9 +185,9 @@ fn io_failure(what: &str) -> impl Fn(io::Error) -> Failure + '_ {
 /// the sender's summary that comes back (or `-J`'s document of it).
 pub fn run_client(cfg: &SendConfig, args: Vec<String>, json: bool) -> Result<i32, Failure> {
     let signals = StopSignals::install().map_err(|e| Failure::env(format!("signalfd: {e}")))?;
-    let (summary, exit_code) = reverse_run(cfg, args, &signals, &|_| {})?;
+    let (summary, intervals, exit_code) = reverse_run(cfg, args, &signals, &|_| {})?;
     if json {
-        crate::cli::print_json_document(&summary);
+        crate::cli::print_json_document(&super::json_document(&summary, &intervals));
     } else {
         if cfg.json_stream {
             crate::cli::print_json_event("end", None, &summary);
@@ -226,11 +229,11 @@ pub fn run_bidir(cfg: &SendConfig, args: Vec<String>, json: bool) -> Result<i32,
         .join()
         .map_err(|_| Failure::env("the sending direction's thread panicked"))?
         .map_err(Failure::env)?;
-    let (rx_summary, rx_exit) = rx?;
+    let (rx_summary, rx_intervals, rx_exit) = rx?;
     if json {
         crate::cli::print_json_document(&serde_json::json!({
-            "tx": &tx.summary,
-            "rx": &rx_summary,
+            "tx": super::json_document(&tx.summary, &tx.intervals),
+            "rx": super::json_document(&rx_summary, &rx_intervals),
         }));
     } else {
         crate::say!("[TX-C] this side's sending:");
@@ -257,7 +260,7 @@ fn reverse_run(
     args: Vec<String>,
     signals: &StopSignals,
     on_signal: &dyn Fn(Signal),
-) -> Result<(SendSummary, i32), Failure> {
+) -> Result<(SendSummary, Vec<serde_json::Value>, i32), Failure> {
     let connect = |local: Option<SocketAddr>| -> Result<Socket, Failure> {
         let sock = tcp_socket(cfg.peer).map_err(Failure::env)?;
         bind_and_connect(&sock, cfg.peer, local, cfg.connect_timeout).map_err(Failure::env)?;
@@ -324,7 +327,11 @@ fn reverse_run(
         std::fs::write(&path, text + "\n")
             .map_err(|e| Failure::env(format!("cannot write {}: {e}", path.display())))?;
     }
-    Ok((summary, signal.map_or(result.exit_code, exit_status_for)))
+    Ok((
+        summary,
+        result.intervals,
+        signal.map_or(result.exit_code, exit_status_for),
+    ))
 }
 
 /// The client's receiving side: bytes per interval, as sbm-sink counts them.
@@ -690,6 +697,11 @@ fn serve(control: &Socket, first: Vec<u8>, setup: &ServeSetup) -> ReverseResult 
                 summary: Some(o.summary),
                 exit_code: o.exit_code,
                 error: None,
+                intervals: o
+                    .intervals
+                    .iter()
+                    .filter_map(|r| serde_json::to_value(r).ok())
+                    .collect(),
             }
         }
         Err(e) => refused(1, e.to_string()),

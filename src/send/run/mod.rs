@@ -91,6 +91,8 @@ fn os(what: &'static str) -> impl FnOnce(nix::Error) -> SetupError {
 pub struct SendOutcome {
     pub summary: SendSummary,
     pub exit_code: i32,
+    /// The run's interval rows (intervals.csv's), for `-J`.
+    pub intervals: Vec<IntervalRow>,
 }
 
 #[derive(Debug)]
@@ -304,6 +306,8 @@ struct Sender<'a> {
     frame_log: Option<crate::send::content_age::FrameLog>,
     /// Whether the source had something to write at the previous step.
     source_was_ready: bool,
+    /// Every interval row, for `-J`'s document (intervals.csv has them too).
+    intervals: Vec<IntervalRow>,
 }
 
 /// What one write did.
@@ -526,6 +530,7 @@ impl<'a> Sender<'a> {
             .write_interval(&row)
             .and_then(|_| self.out.flush())
             .map_err(EndReason::local)?;
+        self.intervals.push(row);
         self.prev_info = info;
         self.interval = IntervalAcc {
             start: end,
@@ -968,6 +973,7 @@ pub fn run_with_stop(
             .as_ref()
             .map(|_| crate::send::content_age::FrameLog::new(t0_ns, cfg.warmup)),
         source_was_ready: false,
+        intervals: Vec::new(),
     };
     if let Some(spec) = &cfg.source {
         crate::say!("{tag}source: {}", spec.describe());

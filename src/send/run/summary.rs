@@ -184,7 +184,11 @@ impl Sender<'_> {
             resources: crate::report::schema::Resources::of_self(),
             drain,
         };
-        let mut outcome = SendOutcome { summary, exit_code };
+        let mut outcome = SendOutcome {
+            summary,
+            exit_code,
+            intervals: std::mem::take(&mut self.intervals),
+        };
         if let Err(e) = self.out.finish(&outcome.summary, &self.cfg.line_tag()) {
             eprintln!("sbm-send: {e}");
             outcome.exit_code = outcome.exit_code.max(1);
