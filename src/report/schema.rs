@@ -219,6 +219,33 @@ pub struct SinkIntervalRow {
     pub latency_max_us: Option<u64>,
 }
 
+impl SinkIntervalRow {
+    /// A row of `bytes` read over `start`..`end` (since the connection began), with no
+    /// trip-timed message in it; the sink fills in the latencies where it has them.
+    pub fn counted(
+        conn: u64,
+        peer: String,
+        kind: &'static str,
+        start: std::time::Duration,
+        end: std::time::Duration,
+        bytes: u64,
+    ) -> SinkIntervalRow {
+        SinkIntervalRow {
+            conn,
+            peer,
+            kind,
+            start_s: start.as_secs_f64(),
+            end_s: end.as_secs_f64(),
+            bytes,
+            goodput_bps: crate::units::bits_per_second(bytes, end.saturating_sub(start)),
+            messages: 0,
+            latency_p50_us: None,
+            latency_p95_us: None,
+            latency_max_us: None,
+        }
+    }
+}
+
 /// The run's limits and loop settings as resolved from the command line.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]

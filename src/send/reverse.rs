@@ -381,19 +381,7 @@ impl<'a> Receiver<'a> {
         end: Duration,
         bytes: u64,
     ) -> SinkIntervalRow {
-        SinkIntervalRow {
-            conn: 1,
-            peer: self.peer.clone(),
-            kind,
-            start_s: start.as_secs_f64(),
-            end_s: end.as_secs_f64(),
-            bytes,
-            goodput_bps: units::bits_per_second(bytes, end.saturating_sub(start)),
-            messages: 0,
-            latency_p50_us: None,
-            latency_p95_us: None,
-            latency_max_us: None,
-        }
+        SinkIntervalRow::counted(1, self.peer.clone(), kind, start, end, bytes)
     }
 
     fn emit(&mut self, row: SinkIntervalRow) {

@@ -598,13 +598,7 @@ impl Sink<'_> {
             latency_p50_us: lat.p50_us,
             latency_p95_us: lat.p95_us,
             latency_max_us: lat.max_us,
-            conn: conn.id,
-            peer: conn.peer.to_string(),
-            kind,
-            start_s: start.as_secs_f64(),
-            end_s: end.as_secs_f64(),
-            bytes,
-            goodput_bps: units::bits_per_second(bytes, end.saturating_sub(start)),
+            ..SinkIntervalRow::counted(conn.id, conn.peer.to_string(), kind, start, end, bytes)
         }
     }
 
