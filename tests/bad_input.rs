@@ -273,7 +273,7 @@ const CASES: &[Case] = &[
     ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--sysctl", "noeq", "--", "true"], 2, "--sysctl"),
     ("sbm-testbed", &["uml", "run", "--out", "/tmp/x", "--timeout", "x", "--", "true"], 2, "--timeout"),
     // sbm-matrix (scripts/matrix runs it)
-    ("sbm-matrix", &[], 2, "run, report, compare, list"),
+    ("sbm-matrix", &[], 2, "run, report, compare, pack, unpack, list"),
     ("sbm-matrix", &["compare", "results/paper"], 2, "<RUNS>"),
     ("sbm-matrix", &["compare", "results/paper", "results/nagle-trap", "--out"], 2, "--out"),
     ("sbm-matrix", &["compare", "results/paper", "results/nagle-trap", "--html"], 2, "--html"),
@@ -289,6 +289,11 @@ const CASES: &[Case] = &[
     ("sbm-matrix", &["report"], 2, "<DIR>"),
     ("sbm-matrix", &["report", "/nonexistent-sbm-run"], 1, "/nonexistent-sbm-run"),
     ("sbm-matrix", &["list", "extra"], 2, "extra"),
+    ("sbm-matrix", &["pack"], 2, "<DIRS>"),
+    ("sbm-matrix", &["pack", "/nonexistent-sbm-run"], 1, "not a run directory"),
+    ("sbm-matrix", &["unpack"], 2, "<DIR>"),
+    ("sbm-matrix", &["unpack", "/nonexistent-sbm-run"], 1, "not a run directory"),
+    ("sbm-matrix", &["unpack", "results/uml-trap-mss1448", "no-such-cell"], 1, "no such cell"),
     // The scripts: their own argument handling, or the binary they run.
     ("scripts/matrix", &["run", "--bogus"], 2, "--bogus"),
     ("scripts/bench", &["--bogus"], 2, "--bogus"),

@@ -77,18 +77,26 @@ fn expand(pattern: &str) -> Vec<PathBuf> {
                     let Ok(rd) = std::fs::read_dir(base) else {
                         continue;
                     };
+                    // A packed cell, CELL.tar.xz, is matched as the directory CELL it
+                    // stands for (the files in it are read from the archive).
                     let mut found: Vec<PathBuf> = rd
                         .flatten()
-                        .filter(|e| {
-                            let n = e.file_name();
-                            let n = n.to_string_lossy();
+                        .map(|e| {
+                            let n = e.file_name().to_string_lossy().into_owned();
+                            match n.strip_suffix(sbm::report::archive::SUFFIX) {
+                                Some(cell) if e.path().is_file() => cell.to_string(),
+                                _ => n,
+                            }
+                        })
+                        .filter(|n| {
                             n.len() >= pre.len() + post.len()
                                 && n.starts_with(pre)
                                 && n.ends_with(post)
                         })
-                        .map(|e| e.path())
+                        .map(|n| base.join(n))
                         .collect();
                     found.sort();
+                    found.dedup();
                     next.extend(found);
                 }
             }

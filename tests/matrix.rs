@@ -356,7 +356,7 @@ fn every_committed_table_rebuilds_identically() {
                 .and_then(|f| f.strip_suffix(".svg"))
             {
                 assert!(
-                    copy.join(cell).is_dir(),
+                    sbm::report::compressed::is_dir(&copy.join(cell)),
                     "{name}: plots/{file} drawn for a cell that has not run"
                 );
             }
@@ -388,9 +388,11 @@ fn every_committed_cell_recomputes_from_its_raw_files() {
         if !run.join("matrix.toml").is_file() {
             continue;
         }
-        for cell in std::fs::read_dir(&run).unwrap().flatten().map(|e| e.path()) {
+        // A packed cell, CELL.tar.xz, is read from its archive as the directory CELL.
+        let entries = std::fs::read_dir(&run).unwrap().flatten().map(|e| e.path());
+        for cell in entries.map(|p| sbm::report::archive::dir_of(&p).unwrap_or(p)) {
             let summary_path = cell.join("summary.json");
-            let finished = summary_path.is_file()
+            let finished = sbm::report::compressed::exists(&summary_path)
                 && read_json(&cell.join("cell.json"))["status"].as_str() == Some("ok");
             if !finished {
                 continue;
@@ -771,6 +773,17 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
         assert!(cp.status.success(), "{}", cp.stderr);
     }
     let b = dir.join("b");
+    // A stays as committed (its cells packed, read from their archives); B's cells are
+    // unpacked to be edited, which `sbm-matrix unpack` must restore file for file.
+    let mut unpack = Command::new(matrix_bin());
+    unpack.args(["unpack", b.to_str().unwrap()]);
+    let res = common::output_within(unpack, Duration::from_secs(60));
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    assert!(
+        b.join("2mbit-kernel-nodelay-r1/summary.json").is_file(),
+        "{}",
+        res.stdout
+    );
     // In B, every run of "kernel, TCP_NODELAY" waits 1.5 × as long.
     for cell in std::fs::read_dir(&b).unwrap().flatten() {
         let name = cell.file_name().to_string_lossy().into_owned();

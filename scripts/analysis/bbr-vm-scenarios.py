@@ -30,6 +30,9 @@ import statistics as st
 import sys
 from collections import Counter, defaultdict
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cellfiles import open_text, subdirs  # noqa: E402
+
 SCENARIOS = [('', '1 flow'), ('2f', '2 BBR flows'), ('4f', '4 BBR flows'),
              ('app', 'application-limited, 50 Mb/s')]
 BOTTLENECKS = ['100mbit', '100mbit-shallow', '100mbit-deep', '100mbit-policer']
@@ -47,23 +50,21 @@ def spread(values, fmt):
 
 
 def measured_intervals(path):
-    with open(path) as f:
-        return [r for r in csv.DictReader(f) if r['warmup'] != 'true']
+    return [r for r in csv.DictReader(open_text(path)) if r['warmup'] != 'true']
 
 
 def flow_dirs(run_dir, row):
     """The run's per-flow output directories, flow 1 first; the cell directory itself for a
     single flow."""
     cell = os.path.join(run_dir, row['cell'])
-    flows = sorted(glob.glob(os.path.join(cell, 'flow-*')),
-                   key=lambda p: int(p.rsplit('-', 1)[1]))
+    flows = sorted(subdirs(cell, 'flow-'), key=lambda p: int(p.rsplit('-', 1)[1]))
     return flows or [cell]
 
 
 def flow_figures(d):
     """What one flow showed after the warm-up: goodput (its summary), congestion control,
     retransmit share, sRTT / least RTT (median interval), BBR mode per interval."""
-    s = json.load(open(os.path.join(d, 'summary.json')))
+    s = json.load(open_text(os.path.join(d, 'summary.json')))
     cc = next((o['effective'] for o in s.get('options', []) if o['name'] == 'congestion'), '?')
     iv = measured_intervals(os.path.join(d, 'intervals.csv'))
     acked = sum(int(r['bytes_acked'] or 0) for r in iv)

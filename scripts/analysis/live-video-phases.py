@@ -14,7 +14,6 @@ seconds) of one run; the table gives the median of the runs with the smallest an
 in brackets. Standard library only.
 """
 import csv
-import lzma
 import os
 import statistics as st
 import sys
@@ -34,10 +33,12 @@ FIGURES = [
 ]
 
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cellfiles import cells, exists, open_text  # noqa: E402
+
+
 def open_csv(path):
-    if os.path.exists(path):
-        return csv.DictReader(open(path))
-    return csv.DictReader(lzma.open(path + '.xz', 'rt'))
+    return csv.DictReader(open_text(path))
 
 
 def cell_figures(d):
@@ -80,11 +81,11 @@ def fmt(values, unit):
 def main(root):
     by = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     order = []
-    for cell in sorted(os.listdir(root)):
+    for cell in cells(root):
         d = os.path.join(root, cell)
-        if not os.path.isfile(os.path.join(d, 'summary.json')):
+        if not exists(os.path.join(d, 'summary.json')):
             continue
-        if not (os.path.exists(os.path.join(d, 'frames.csv')) or os.path.exists(os.path.join(d, 'frames.csv.xz'))):
+        if not exists(os.path.join(d, 'frames.csv')):
             continue
         config = cell.rsplit('-r', 1)[0]
         if config not in order:

@@ -14,19 +14,15 @@ time to drain what was queued ahead of it plus the write itself, so these column
 the two a configuration shortened. Standard library only.
 """
 import csv
-import io
 import json
-import lzma
 import os
 import statistics as st
 import sys
 from collections import defaultdict
 
 
-def open_csv(path):
-    if os.path.exists(path):
-        return open(path, newline='')
-    return io.TextIOWrapper(lzma.open(path + '.xz'), newline='')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cellfiles import exists, open_text as open_csv  # noqa: E402
 
 
 def spread(values, fmt):
@@ -52,8 +48,8 @@ def main(run_dir):
             continue
         cell = os.path.join(run_dir, r['cell'])
         trace_path = os.path.join(cell, 'trace.json')
-        if os.path.exists(trace_path):
-            conns = json.load(open(trace_path))['connections']
+        if exists(trace_path):
+            conns = json.load(open_csv(trace_path))['connections']
             if not conns:
                 continue
             main_conn = max(conns, key=lambda c: c['bytes_written'])

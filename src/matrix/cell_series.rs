@@ -95,7 +95,8 @@ impl WriteSeries {
 /// One intervals.csv column over time (end of each interval, seconds since connect),
 /// scaled; empty where the run has no such column or no values in it.
 pub fn interval_series(dir: &Path, column: &str, scale: f64) -> Vec<(f64, f64)> {
-    let Ok(mut r) = csv::Reader::from_path(dir.join("intervals.csv")) else {
+    let Ok(mut r) = compressed::open(&dir.join("intervals.csv")).map(csv::Reader::from_reader)
+    else {
         return vec![];
     };
     let headers = r.headers().cloned().unwrap_or_default();

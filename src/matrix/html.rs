@@ -15,6 +15,7 @@ use super::format::rate_header;
 use super::record::{Status, SummaryRow};
 use super::report;
 use super::spec::{Cell, MatrixSpec};
+use crate::report::compressed::{self, Listing};
 
 const CSS: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:80em;padding:0 1em;color:#222}\
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .5em;vertical-align:top;text-align:left}\
@@ -456,7 +457,7 @@ pub fn cell_html(
     cell: &Cell,
     row: &SummaryRow,
     meta: Option<&Value>,
-    files: &[String],
+    files: &Listing,
     plot: Option<&str>,
 ) -> String {
     let mut body = format!("<h1>{}</h1>\n", escape(&cell.name));
@@ -505,14 +506,30 @@ pub fn cell_html(
     } else {
         body.push_str("<p>No meta.json: the cell did not start.</p>\n");
     }
-    body.push_str("<h2>Files</h2>\n<ul>\n");
-    for f in files {
-        let _ = writeln!(
-            body,
-            "<li><a href=\"../{0}/{1}\">{1}</a></li>",
-            escape(&cell.name),
-            escape(f)
-        );
+    body.push_str("<h2>Files</h2>\n");
+    match files {
+        Listing::Dir(files) => {
+            body.push_str("<ul>\n");
+            for f in files {
+                let _ = writeln!(
+                    body,
+                    "<li><a href=\"../{0}/{1}\">{1}</a></li>",
+                    escape(&cell.name),
+                    escape(f)
+                );
+            }
+        }
+        Listing::Archive { archive, files } => {
+            let _ = writeln!(
+                body,
+                "<p>Packed in <a href=\"../{0}\">{0}</a> (<code>sbm-matrix unpack</code> \
+                 restores the directory), which holds:</p>\n<ul>",
+                escape(archive)
+            );
+            for f in files {
+                let _ = writeln!(body, "<li>{}</li>", escape(f));
+            }
+        }
     }
     body.push_str("</ul>\n");
     page(&cell.name, "<a href=\"../index.html\">index</a>", &body)
@@ -585,24 +602,15 @@ pub fn write_site(
     rows: &[SummaryRow],
 ) -> Result<(), String> {
     let list = |dir: &Path| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .map(|rd| {
-                rd.filter_map(|e| {
-                    let e = e.ok()?;
-                    e.file_type().ok()?.is_file().then_some(())?;
-                    e.file_name().to_str().map(str::to_string)
-                })
-                .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        match compressed::list_cell(dir) {
+            Listing::Dir(files) | Listing::Archive { files, .. } => files,
+        }
     };
     let plots = list(&run_dir.join("plots"));
     let pages = run_dir.join("cells");
     std::fs::create_dir_all(&pages).map_err(|e| format!("{}: {e}", pages.display()))?;
     let json = |path: &Path| -> Option<Value> {
-        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+        serde_json::from_str(&compressed::read_to_string(path).ok()?).ok()
     };
     let mut metas = Vec::with_capacity(cells.len());
     let mut statuses = Vec::with_capacity(cells.len());
@@ -615,7 +623,7 @@ pub fn write_site(
             cell,
             row,
             meta.as_ref(),
-            &list(&dir),
+            &compressed::list_cell(&dir),
             plots.contains(&plot).then_some(plot.as_str()),
         );
         let path = pages.join(format!("{}.html", cell.name));

@@ -20,6 +20,7 @@ pub mod compare;
 pub mod export;
 pub mod format;
 pub mod html;
+pub mod pack;
 pub mod recovery;
 pub mod report;
 pub mod svg;
@@ -33,7 +34,7 @@ use clap::{Parser, Subcommand};
     name = "sbm-matrix",
     version,
     about = "Run a test matrix on the emulated path; build summary.csv, table.md and plots",
-    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n  scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
+    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n  scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2\n  scripts/matrix pack results/paper-20261129T193000Z     # one archive per cell, before committing\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -77,6 +78,21 @@ pub enum Cmd {
         /// Also write it as a web page to FILE (self-contained HTML).
         #[arg(long, value_name = "FILE")]
         html: Option<PathBuf>,
+    },
+    /// Pack each finished cell of a run into one archive, CELL.tar.xz, in place of its
+    /// directory (every reader, the report included, opens either form; do it before
+    /// committing a run).
+    Pack {
+        /// Run directories.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
+    /// Restore the directories of a run's packed cells (all of them, or those named).
+    Unpack {
+        /// The run directory.
+        dir: PathBuf,
+        /// Cell names (default: every packed cell).
+        cells: Vec<String>,
     },
     /// List the presets.
     List,
@@ -134,6 +150,32 @@ fn main_inner(cli: Cli) -> Result<i32, run::MatrixError> {
         Cmd::Report { dir } => {
             let table = run::rebuild_report(&dir)?;
             crate::say!("{table}");
+            Ok(0)
+        }
+        Cmd::Pack { dirs } => {
+            for dir in &dirs {
+                let s = pack::pack_run(dir)?;
+                let mut line = format!(
+                    "{}: {} cells packed ({} KB -> {} KB), {} already packed",
+                    dir.display(),
+                    s.packed,
+                    s.bytes_in.div_ceil(1000),
+                    s.bytes_out.div_ceil(1000),
+                    s.already
+                );
+                if !s.unfinished.is_empty() {
+                    line += &format!(
+                        "; left as directories, not finished (no cell.json): {}",
+                        s.unfinished.join(", ")
+                    );
+                }
+                crate::say!("{line}");
+            }
+            Ok(0)
+        }
+        Cmd::Unpack { dir, cells } => {
+            let restored = pack::unpack_run(&dir, &cells)?;
+            crate::say!("{}: {} cells unpacked", dir.display(), restored.len());
             Ok(0)
         }
         Cmd::Compare { runs, out, html } => {

@@ -58,7 +58,7 @@ pub struct CellFiles {
 impl CellFiles {
     pub fn read(dir: &Path) -> CellFiles {
         let json = |name: &str| -> Option<Value> {
-            std::fs::read_to_string(dir.join(name))
+            compressed::read_to_string(&dir.join(name))
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok())
         };
@@ -224,7 +224,7 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
 /// The share of a cell's intervals after the warm-up that BBR spent in each mode, in the
 /// order of BBR's state machine; None where intervals.csv has no BBR mode.
 fn bbr_mode_shares(dir: &Path) -> Option<String> {
-    let mut r = csv::Reader::from_path(dir.join("intervals.csv")).ok()?;
+    let mut r = csv::Reader::from_reader(compressed::open(&dir.join("intervals.csv")).ok()?);
     let headers = r.headers().ok()?.clone();
     let iw = headers.iter().position(|h| h == "warmup")?;
     let im = headers.iter().position(|h| h == "bbr_mode")?;
@@ -537,7 +537,7 @@ fn main_connection(t: &TraceSummary) -> Option<&TraceConnSummary> {
 /// Where a cell's writes.csv and intervals.csv are: the cell's directory, or for a command
 /// cell its main traced connection's conn-N/ (same columns where they mean the same).
 pub fn per_write_dir(dir: &Path) -> std::path::PathBuf {
-    let trace: Option<TraceSummary> = std::fs::read_to_string(dir.join("trace.json"))
+    let trace: Option<TraceSummary> = compressed::read_to_string(&dir.join("trace.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     conn_dir(dir, trace.as_ref().and_then(main_connection))
@@ -841,7 +841,7 @@ pub(super) fn write_plots(
         // intervals.csv (the cell's directory has none of its own).
         let flows: Vec<Series> = (1..)
             .map(|k| (k, run_dir.join(&c.name).join(format!("flow-{k}"))))
-            .take_while(|(_, d)| d.is_dir())
+            .take_while(|(_, d)| compressed::is_dir(d))
             .map(|(k, d)| Series {
                 name: format!("flow {k}"),
                 points: interval_series(&d, "goodput_bps", 1e-6),
@@ -929,11 +929,10 @@ pub(super) fn write_plots(
     write_if_drawn("goodput-vs-sojourn.svg", chart)
 }
 
-/// Median of an intervals.csv column over the intervals after the warm-up.
 /// A cell's rate changes as plot markers: seconds since the sender connected (summary.json
 /// `started_unix_ns`) and the new rate.
 fn rate_change_markers(dir: &Path) -> Vec<(f64, String)> {
-    let summary: Option<SendSummary> = std::fs::read_to_string(dir.join("summary.json"))
+    let summary: Option<SendSummary> = compressed::read_to_string(&dir.join("summary.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     let (Some(changes), Some(summary)) = (super::schedule::read_rate_changes(dir), summary) else {
@@ -985,6 +984,7 @@ fn content_age_series(dir: &Path) -> Vec<Series> {
     ]
 }
 
+/// Median of an intervals.csv column over the intervals after the warm-up.
 fn median_after_warmup(dir: &Path, column: &str) -> Option<f64> {
     median(after_warmup(dir, column))
 }
@@ -992,7 +992,8 @@ fn median_after_warmup(dir: &Path, column: &str) -> Option<f64> {
 /// intervals.csv's `column` in every row after the warm-up (empty without the file or the
 /// column).
 fn after_warmup(dir: &Path, column: &str) -> Vec<f64> {
-    let Ok(mut r) = csv::Reader::from_path(dir.join("intervals.csv")) else {
+    let Ok(mut r) = compressed::open(&dir.join("intervals.csv")).map(csv::Reader::from_reader)
+    else {
         return vec![];
     };
     let headers = r.headers().cloned().unwrap_or_default();

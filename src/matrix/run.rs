@@ -56,6 +56,8 @@ pub enum MatrixError {
     NotARunDir(PathBuf),
     #[error("--only {0:?} matches no cell")]
     NoCellMatches(String),
+    #[error("{0}: no such cell in the run's matrix.toml")]
+    NoSuchCell(String),
     #[error(
         "the matrix runs on the emulated path and needs root (network namespaces, tc, iptables)"
     )]
@@ -72,7 +74,7 @@ pub enum MatrixError {
     Compare(String),
 }
 
-fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> MatrixError + '_ {
+pub(super) fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> MatrixError + '_ {
     move |source| MatrixError::File {
         path: path.to_path_buf(),
         source,

@@ -18,7 +18,7 @@ pub fn read_rate_changes(cell_dir: &Path) -> Option<Vec<RateChange>> {
         #[serde(default)]
         rate_changes: Vec<RateChange>,
     }
-    let text = std::fs::read_to_string(cell_dir.join("meta.json")).ok()?;
+    let text = crate::report::compressed::read_to_string(&cell_dir.join("meta.json")).ok()?;
     serde_json::from_str::<MetaChanges>(&text)
         .ok()
         .map(|m| m.rate_changes)

@@ -162,5 +162,6 @@ pub(super) fn store_cell(cell: &Cell, dir: &Path, st: &CellStatus) -> String {
 
 /// A cell's cell.json, if it ran.
 pub(super) fn read_status(dir: &Path) -> Option<CellStatus> {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("cell.json")).ok()?).ok()
+    serde_json::from_str(&crate::report::compressed::read_to_string(&dir.join("cell.json")).ok()?)
+        .ok()
 }

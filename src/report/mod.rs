@@ -1,6 +1,7 @@
 //! Output schemas and writers. One serde struct per row or document: the struct *is* the
 //! schema, and docs/output.md documents every field (tests check it).
 
+pub mod archive;
 pub mod compressed;
 pub mod csv_file;
 pub mod csv_row;

@@ -400,7 +400,9 @@ pub fn csv_headers(path: &Path) -> Vec<String> {
 }
 
 pub fn read_json(path: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    // A cell's file may be in its archive (a packed run).
+    let text = sbm::report::compressed::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
 
