@@ -866,17 +866,14 @@ pub(super) fn write_plots(
         }
         write(&name, &charts)?;
     }
+    let period = &spec.uml.cpu_period;
     if !spec.axes.cpu_quota.is_empty() {
-        write(
-            "goodput-vs-cpu-quota.svg",
-            &quota_charts(run_dir, cells, rows),
-        )?;
+        let charts = cpu_share_charts(run_dir, cells, rows, ShareAxis::Quota, period);
+        write("goodput-vs-cpu-quota.svg", &charts)?;
     }
     if !spec.axes.cpu_slices.is_empty() {
-        write(
-            "goodput-vs-cpu-share.svg",
-            &share_charts(run_dir, cells, rows),
-        )?;
+        let charts = cpu_share_charts(run_dir, cells, rows, ShareAxis::EveryModel, period);
+        write("goodput-vs-cpu-share.svg", &charts)?;
     }
     // Goodput against median sojourn, one series per rate.
     let mut chart = Chart {
@@ -1010,121 +1007,113 @@ fn after_warmup(dir: &Path, column: &str) -> Vec<f64> {
         .collect()
 }
 
-/// For CPU-slice cells (and quota cells beside them): goodput and BBR's bandwidth estimate
-/// against the guest's CPU share, one series per contention model and congestion control
-/// (every repetition a point, the median a line).
-fn share_charts(run_dir: &Path, cells: &[Cell], rows: &[SummaryRow]) -> Vec<Chart> {
-    let mut keys: Vec<(&str, &str)> = rows
+/// How a guest cell was denied CPU: a CFS quota, or periodic slices at a fixed phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Contention {
+    Quota,
+    Slices,
+}
+
+impl Contention {
+    fn of(r: &SummaryRow) -> Option<Contention> {
+        if r.cpu_slices.is_some() {
+            Some(Contention::Slices)
+        } else if r.cpu_quota.is_some() {
+            Some(Contention::Quota)
+        } else {
+            None
+        }
+    }
+
+    /// The guest's CPU share, percent of one CPU per period.
+    fn share(self, r: &SummaryRow) -> Option<u32> {
+        match self {
+            Contention::Quota => r.cpu_quota,
+            Contention::Slices => r.cpu_slices,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Contention::Quota => "quota",
+            Contention::Slices => "slices",
+        }
+    }
+}
+
+/// Which plot against the guest's CPU share: the quota axis alone (goodput-vs-cpu-quota.svg,
+/// with the throttled periods), or every contention model side by side
+/// (goodput-vs-cpu-share.svg, for CPU-slice cells and quota cells beside them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShareAxis {
+    Quota,
+    EveryModel,
+}
+
+/// Goodput and BBR's bandwidth estimate against the guest's CPU share — and for the quota
+/// axis the share of throttled periods — one series per contention model and congestion
+/// control (every repetition a point, the median a line). `period` is the matrix's
+/// `uml.cpu_period`, the period every share is of.
+fn cpu_share_charts(
+    run_dir: &Path,
+    cells: &[Cell],
+    rows: &[SummaryRow],
+    axis: ShareAxis,
+    period: &str,
+) -> Vec<Chart> {
+    let mut keys: Vec<(Contention, &str)> = rows
         .iter()
         .filter_map(|r| {
-            let model = if r.cpu_slices.is_some() {
-                "slices"
-            } else if r.cpu_quota.is_some() {
-                "quota"
-            } else {
-                return None;
+            let model = match axis {
+                ShareAxis::Quota => Contention::Quota,
+                ShareAxis::EveryModel => Contention::of(r)?,
             };
             Some((model, r.cc.as_str()))
         })
         .collect();
     keys.sort_unstable();
     keys.dedup();
+    let period = crate::units::parse_duration(period)
+        .map_or_else(|_| period.to_string(), |d| fmt_delay(d.as_micros() as u64));
+    let (what, x_label) = match axis {
+        ShareAxis::Quota => ("CPU quota", "CPU quota"),
+        ShareAxis::EveryModel => ("CPU share", "the guest's CPU share"),
+    };
     let panel = |title: &str, y: &str, value: &dyn Fn(&Cell, &SummaryRow) -> Option<f64>| {
         let mut chart = Chart {
             title: title.into(),
-            x_label: "the guest's CPU share (% of one CPU per period)".into(),
+            x_label: format!("{x_label} (% of one CPU per {period} period)"),
             y_label: y.into(),
             ..Default::default()
         };
         for (model, cc) in &keys {
             let mut by_share: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
             for (c, r) in cells.iter().zip(rows) {
-                let share = if *model == "slices" {
-                    r.cpu_slices
-                } else {
-                    r.cpu_quota
-                };
                 if r.cc != *cc || r.status != Status::Ok {
                     continue;
                 }
-                if let (Some(q), Some(v)) = (share, value(c, r)) {
+                if let (Some(q), Some(v)) = (model.share(r), value(c, r)) {
                     by_share.entry(q).or_default().push(v);
                 }
             }
             if by_share.is_empty() {
-                continue;
-            }
-            chart.series.push(Series {
-                name: format!("{cc}, {model} (runs)"),
-                points: by_share
-                    .iter()
-                    .flat_map(|(q, vs)| vs.iter().map(move |v| (f64::from(*q), *v)))
-                    .collect(),
-                style: Style::Points,
-            });
-            chart.series.push(Series {
-                name: format!("{cc}, {model} (median)"),
-                points: by_share
-                    .iter()
-                    .filter_map(|(q, vs)| Some((f64::from(*q), median(vs.clone())?)))
-                    .collect(),
-                style: Style::Line,
-            });
-        }
-        chart
-    };
-    vec![
-        panel(
-            "Goodput against the guest's CPU share",
-            "goodput (Mb/s)",
-            &|_, r| r.goodput_bps.map(|g| g / 1e6),
-        ),
-        panel(
-            "BBR's bandwidth estimate (median after the warm-up)",
-            "Mb/s",
-            &|c, _| median_after_warmup(&run_dir.join(&c.name), "bbr_bw_bps").map(|b| b / 1e6),
-        ),
-    ]
-}
-
-/// For a CPU-quota axis: goodput, BBR's bandwidth estimate and the share of throttled
-/// periods against the quota, one series per congestion control (every repetition a point,
-/// the median a line).
-fn quota_charts(run_dir: &Path, cells: &[Cell], rows: &[SummaryRow]) -> Vec<Chart> {
-    let mut ccs: Vec<&str> = rows.iter().map(|r| r.cc.as_str()).collect();
-    ccs.sort_unstable();
-    ccs.dedup();
-    let panel = |title: &str, y: &str, value: &dyn Fn(&Cell, &SummaryRow) -> Option<f64>| {
-        let mut chart = Chart {
-            title: title.into(),
-            x_label: "CPU quota (% of one CPU per 10 ms period)".into(),
-            y_label: y.into(),
-            ..Default::default()
-        };
-        for cc in &ccs {
-            let mut by_quota: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-            for (c, r) in cells.iter().zip(rows) {
-                if r.cc != *cc || r.status != Status::Ok {
-                    continue;
-                }
-                if let (Some(q), Some(v)) = (r.cpu_quota, value(c, r)) {
-                    by_quota.entry(q).or_default().push(v);
-                }
-            }
-            if by_quota.is_empty() {
                 continue; // e.g. BBR's bandwidth estimate for CUBIC cells
             }
+            let name = match axis {
+                ShareAxis::Quota => cc.to_string(),
+                ShareAxis::EveryModel => format!("{cc}, {}", model.name()),
+            };
             chart.series.push(Series {
-                name: format!("{cc} (runs)"),
-                points: by_quota
+                name: format!("{name} (runs)"),
+                points: by_share
                     .iter()
                     .flat_map(|(q, vs)| vs.iter().map(move |v| (f64::from(*q), *v)))
                     .collect(),
                 style: Style::Points,
             });
             chart.series.push(Series {
-                name: format!("{cc} (median)"),
-                points: by_quota
+                name: format!("{name} (median)"),
+                points: by_share
                     .iter()
                     .filter_map(|(q, vs)| Some((f64::from(*q), median(vs.clone())?)))
                     .collect(),
@@ -1133,9 +1122,9 @@ fn quota_charts(run_dir: &Path, cells: &[Cell], rows: &[SummaryRow]) -> Vec<Char
         }
         chart
     };
-    vec![
+    let mut charts = vec![
         panel(
-            "Goodput against the guest's CPU quota",
+            &format!("Goodput against the guest's {what}"),
             "goodput (Mb/s)",
             &|_, r| r.goodput_bps.map(|g| g / 1e6),
         ),
@@ -1144,12 +1133,15 @@ fn quota_charts(run_dir: &Path, cells: &[Cell], rows: &[SummaryRow]) -> Vec<Char
             "Mb/s",
             &|c, _| median_after_warmup(&run_dir.join(&c.name), "bbr_bw_bps").map(|b| b / 1e6),
         ),
-        panel(
+    ];
+    if axis == ShareAxis::Quota {
+        charts.push(panel(
             "Periods in which the guest was throttled",
             "throttled periods ÷ periods",
             &|_, r| r.cpu_throttled_share,
-        ),
-    ]
+        ));
+    }
+    charts
 }
 
 #[cfg(test)]
@@ -1234,6 +1226,54 @@ mod tests {
         assert_eq!(fmt_delay(22_000_000), "22.00 s");
         assert_eq!(fmt_rate(1_880_000.0), "1.88 Mb/s");
         assert_eq!(fmt_rate(84_000.0), "84.0 kb/s");
+    }
+
+    /// The charts against the CPU share say the matrix's period, whichever it is, and keep
+    /// each contention model's cells apart.
+    #[test]
+    fn cpu_share_charts_name_the_period_and_each_model() {
+        let spec = MatrixSpec::parse(
+            "[axes]\nrate = [\"2mbit\", \"86mbit\"]\nconfig = [\"a\", \"b\"]\n[configs.a]\n[configs.b]\n",
+        )
+        .unwrap();
+        let cells = spec.cells().unwrap();
+        let mut rows: Vec<SummaryRow> = (0..cells.len())
+            .map(|i| row("a", "2mbit", 1, 2, 1e6 * (i + 1) as f64))
+            .collect();
+        rows[0].cpu_quota = Some(50);
+        rows[1].cpu_quota = Some(25);
+        rows[2].cpu_slices = Some(25);
+        rows[3].cpu_slices = Some(25);
+        rows[3].cc = "bbr".into();
+        let dir = Path::new("/nonexistent-sbm-run");
+        let quota = cpu_share_charts(dir, &cells, &rows, ShareAxis::Quota, "20ms");
+        assert_eq!(quota.len(), 3, "goodput, BBR's estimate, throttled periods");
+        assert_eq!(
+            quota[0].x_label,
+            "CPU quota (% of one CPU per 20 ms period)"
+        );
+        let names: Vec<&str> = quota[0].series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["cubic (runs)", "cubic (median)"]);
+        assert_eq!(quota[0].series[0].points, [(25.0, 2.0), (50.0, 1.0)]);
+        let every = cpu_share_charts(dir, &cells, &rows, ShareAxis::EveryModel, "10ms");
+        assert_eq!(every.len(), 2);
+        assert_eq!(
+            every[0].x_label,
+            "the guest's CPU share (% of one CPU per 10 ms period)"
+        );
+        let names: Vec<&str> = every[0].series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "cubic, quota (runs)",
+                "cubic, quota (median)",
+                "bbr, slices (runs)",
+                "bbr, slices (median)",
+                "cubic, slices (runs)",
+                "cubic, slices (median)"
+            ]
+        );
+        assert_eq!(every[0].series[4].points, [(25.0, 3.0)]);
     }
 
     #[test]
