@@ -2,15 +2,19 @@
 //! it — and nothing in it is lost on the way: every key and value of the file is in the
 //! typed value serialized again (fields added since read as their defaults). sbm-send's
 //! summary.json is a `SendSummary`; sbm-trace's (command cells) are a `TraceSummary`
-//! (trace.json) and a `TraceConnSummary` per connection (conn-N/summary.json).
+//! (trace.json) and a `TraceConnSummary` per connection (conn-N/summary.json); a UML
+//! cell's uml.json is a `RunRecord`. Packed cells (CELL.tar.xz) are read in their archives.
 
 use std::path::{Path, PathBuf};
 
 use sbm::report::schema::{SendSummary, TraceConnSummary, TraceSummary, SUMMARY_SCHEMA_VERSION};
+use sbm::report::{archive, compressed};
+use sbm::testbed::uml::RunRecord;
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 
-/// Every file named `name` under `dir`.
+/// Every file named `name` under `dir`, those in packed cells (CELL.tar.xz) by the paths
+/// they would have unpacked (sbm's readers open them there).
 fn files_named(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let p = e.path();
@@ -18,6 +22,14 @@ fn files_named(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
             files_named(&p, name, out);
         } else if p.file_name().is_some_and(|n| n == name) {
             out.push(p);
+        } else if let Some(cell) = archive::dir_of(&p) {
+            let members = archive::members(&p).unwrap();
+            out.extend(
+                members
+                    .paths()
+                    .filter(|m| m.file_name().is_some_and(|n| n == name))
+                    .map(|m| cell.join(m)),
+            );
         }
     }
 }
@@ -31,7 +43,7 @@ fn is_traced_connection(p: &Path) -> bool {
 
 /// `path` read as `T` and serialized again: what of the file did not survive.
 fn round_trip<T: DeserializeOwned + Serialize>(path: &Path) -> Result<(T, Vec<String>), String> {
-    let text = std::fs::read_to_string(path).unwrap();
+    let text = compressed::read_to_string(path).unwrap();
     let original: Value = serde_json::from_str(&text).unwrap();
     let typed: T = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let again = serde_json::to_value(&typed).unwrap();
@@ -113,6 +125,32 @@ fn every_committed_summary_reads_back_into_the_types() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The matrix's report reads a UML cell's uml.json through `RunRecord`, the type the test
+/// bed writes it with: every committed one, of every version, reads back with nothing lost.
+#[test]
+fn every_committed_uml_record_reads_back_into_its_type() {
+    let mut files = vec![];
+    files_named(&results(), "uml.json", &mut files);
+    assert!(files.len() >= 100, "found only {} uml.json", files.len());
+    let mut problems = vec![];
+    let (mut quotas, mut slices) = (0, 0);
+    for f in &files {
+        match round_trip::<RunRecord>(f) {
+            Ok((typed, missing)) => {
+                problems.extend(missing);
+                quotas += usize::from(typed.cpu_quota.is_some());
+                slices += usize::from(typed.cpu_slices.is_some());
+            }
+            Err(e) => problems.push(e),
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(
+        quotas > 0 && slices > 0,
+        "{quotas} quota and {slices} slice records"
+    );
 }
 
 #[test]

@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde_json::Value;
-
 use super::aggregate::{self, Group};
 use super::cell_series::{interval_series, thin, WriteSeries};
 use super::format::{fmt_delay, fmt_rate, rate_header};
@@ -17,6 +15,7 @@ use super::svg::{self, Chart, Series, Style};
 use crate::report::compressed;
 use crate::report::schema::{SendSummary, TraceConnSummary, TraceSummary};
 use crate::stats::Percentiles;
+use crate::testbed::uml;
 
 /// Jain's fairness index of `x`: 1 when all are equal, 1/n when one has everything.
 pub fn jain_index(x: &[f64]) -> Option<f64> {
@@ -25,8 +24,9 @@ pub fn jain_index(x: &[f64]) -> Option<f64> {
     (!x.is_empty() && squares > 0.0).then(|| sum * sum / (x.len() as f64 * squares))
 }
 
-fn u(v: &Value) -> Option<u64> {
-    v.as_u64()
+/// A cell's JSON file read through its type (None: missing or not that type).
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+    serde_json::from_str(&compressed::read_to_string(path).ok()?).ok()
 }
 
 /// A cell's files as the report reads them (each may be missing).
@@ -36,8 +36,8 @@ pub struct CellFiles {
     /// sbm-send's summary.json, read through the type that writes it (any schema version:
     /// fields added later read as their defaults).
     pub summary: Option<SendSummary>,
-    /// testbed/uml's uml.json (UML cells)
-    pub uml: Option<Value>,
+    /// testbed/uml's uml.json (UML cells), read through the type that writes it.
+    pub uml: Option<uml::RunRecord>,
     /// The median over intervals.csv's rows after the warm-up of writes per smoothed RTT.
     pub writes_per_rtt: Option<f64>,
     /// The median over intervals.csv's rows after the warm-up of the smoothed RTT, µs.
@@ -57,23 +57,17 @@ pub struct CellFiles {
 
 impl CellFiles {
     pub fn read(dir: &Path) -> CellFiles {
-        let json = |name: &str| -> Option<Value> {
-            compressed::read_to_string(&dir.join(name))
-                .ok()
-                .and_then(|t| serde_json::from_str(&t).ok())
-        };
-        let trace: Option<TraceSummary> =
-            json("trace.json").and_then(|v| serde_json::from_value(v).ok());
+        let trace: Option<TraceSummary> = read_json(&dir.join("trace.json"));
         let traced = trace.as_ref().and_then(main_connection).cloned();
         let intervals_dir = conn_dir(dir, traced.as_ref());
         CellFiles {
-            status: json("cell.json").and_then(|v| serde_json::from_value(v).ok()),
-            summary: json("summary.json").and_then(|v| serde_json::from_value(v).ok()),
-            uml: json("uml.json"),
+            status: read_json(&dir.join("cell.json")),
+            summary: read_json(&dir.join("summary.json")),
+            uml: read_json(&dir.join("uml.json")),
             writes_per_rtt: median_after_warmup(dir, "writes_per_rtt"),
             srtt_p50_us: median_after_warmup(dir, "srtt_us"),
             recovery: super::recovery::of_cell(dir),
-            flows: json("flows.json").and_then(|v| serde_json::from_value(v).ok()),
+            flows: read_json(&dir.join("flows.json")),
             bbr_mode_shares: bbr_mode_shares(dir),
             interval_goodputs: after_warmup(&intervals_dir, "goodput_bps"),
             trace,
@@ -85,14 +79,8 @@ impl CellFiles {
 pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
     let status = files.status.as_ref();
     let s = files.summary.as_ref();
-    let quota = files
-        .uml
-        .as_ref()
-        .map_or(Value::Null, |u| u["cpu_quota"].clone());
-    let slices = files
-        .uml
-        .as_ref()
-        .map_or(Value::Null, |u| u["cpu_slices"].clone());
+    let quota = files.uml.as_ref().and_then(|u| u.cpu_quota.as_ref());
+    let slices = files.uml.as_ref().and_then(|u| u.cpu_slices.as_ref());
     let after = s.map(|s| &s.attribution_after_warmup);
     let traced = files.traced.as_ref();
     let policy = s
@@ -180,9 +168,11 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         writes_per_rtt: files.writes_per_rtt,
         advance_p50_us: p(|s| &s.advance_notice, |p| p.p50_us),
         invited_after_dry: s.map(|s| s.invited_after_dry),
-        cpu_throttled_share: quota["throttled_share"].as_f64(),
-        cpu_throttled_us: u(&quota["stat"]["throttled_us"]),
-        cpu_usage_us: u(&quota["stat"]["usage_us"]).or(u(&slices["usage_us"])),
+        cpu_throttled_share: quota.and_then(|q| q.throttled_share),
+        cpu_throttled_us: quota.map(|q| q.stat.throttled_us),
+        cpu_usage_us: quota
+            .and_then(|q| q.stat.usage_us)
+            .or(slices.and_then(|s| s.usage_us)),
         content_source: age.map(|c| c.source.clone()),
         content_age_p50_us: age.and_then(|c| c.at_sink.p50_us),
         content_age_p95_us: age.and_then(|c| c.at_sink.p95_us),
@@ -537,9 +527,7 @@ fn main_connection(t: &TraceSummary) -> Option<&TraceConnSummary> {
 /// Where a cell's writes.csv and intervals.csv are: the cell's directory, or for a command
 /// cell its main traced connection's conn-N/ (same columns where they mean the same).
 pub fn per_write_dir(dir: &Path) -> std::path::PathBuf {
-    let trace: Option<TraceSummary> = compressed::read_to_string(&dir.join("trace.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
+    let trace: Option<TraceSummary> = read_json(&dir.join("trace.json"));
     conn_dir(dir, trace.as_ref().and_then(main_connection))
 }
 
@@ -929,9 +917,7 @@ pub(super) fn write_plots(
 /// A cell's rate changes as plot markers: seconds since the sender connected (summary.json
 /// `started_unix_ns`) and the new rate.
 fn rate_change_markers(dir: &Path) -> Vec<(f64, String)> {
-    let summary: Option<SendSummary> = compressed::read_to_string(&dir.join("summary.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
+    let summary: Option<SendSummary> = read_json(&dir.join("summary.json"));
     let (Some(changes), Some(summary)) = (super::schedule::read_rate_changes(dir), summary) else {
         return vec![];
     };

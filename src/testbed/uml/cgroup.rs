@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
@@ -25,7 +25,7 @@ pub enum CgroupError {
     BadPeriod(Duration),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Version {
     V1,
@@ -60,7 +60,7 @@ impl Quota {
 }
 
 /// The counters a cgroup keeps about its CPU use and throttling, normalised to µs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuStat {
     pub nr_periods: u64,
     pub nr_throttled: u64,

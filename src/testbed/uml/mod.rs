@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::cmd::{Cmd, CmdError};
 use super::wan;
@@ -80,14 +80,17 @@ pub struct RunSpec {
     pub command: Vec<String>,
 }
 
-/// `uml.json`: how the guest ran, and the proof that a CPU quota held.
-#[derive(Debug, Clone, Serialize)]
+/// `uml.json`: how the guest ran, and the proof that a CPU quota held. The one type that
+/// writes it and reads it back (the matrix's report); fields that older files lack read as
+/// their defaults.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RunRecord {
     pub kernel: String,
     pub kernel_args: Vec<String>,
     pub init_script: String,
     pub tap: String,
-    pub guest_addr: &'static str,
+    pub guest_addr: String,
     pub mtu: u32,
     pub sysctls: Vec<(String, String)>,
     pub command: Vec<String>,
@@ -107,7 +110,7 @@ pub struct RunRecord {
     pub wall_s: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct QuotaRecord {
     pub pct: u32,
     pub period_us: u64,
@@ -121,7 +124,7 @@ pub struct QuotaRecord {
 }
 
 /// What the CPU slices dealt and what the guest received (its cgroup's CPU time).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SlicesRecord {
     #[serde(flatten)]
     pub slicer: SliceRecord,
@@ -370,7 +373,7 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         kernel_args: guest::kernel_args(&g),
         init_script: script,
         tap: TAP.into(),
-        guest_addr: guest::GUEST_ADDR,
+        guest_addr: guest::GUEST_ADDR.into(),
         mtu: spec.mtu,
         sysctls: spec.sysctls.clone(),
         command: spec.command.clone(),

@@ -14,7 +14,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SliceError {
@@ -64,7 +64,7 @@ impl Slices {
 }
 
 /// What the slicer did: the proof that the slices were dealt as asked.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SliceRecord {
     pub share_pct: u32,
     pub period_us: u64,
