@@ -872,6 +872,16 @@ fn compare_finds_a_known_difference_and_matches_cells_by_identity() {
         Duration::from_secs(60),
     );
     assert!(cp.status.success(), "{}", cp.stderr);
+    // Only the cells to edit are unpacked (by name); the rest stay packed.
+    let edited: Vec<String> = (2..=5)
+        .map(|r| format!("2mbit-kernel-nodelay-r{r}"))
+        .collect();
+    let mut unpack = Command::new(matrix_bin());
+    unpack.arg("unpack").arg(&c).args(&edited);
+    let res = common::output_within(unpack, Duration::from_secs(60));
+    assert_eq!(res.code(), Some(0), "{}", res.stderr);
+    assert!(res.stdout.contains("4 cells unpacked"), "{}", res.stdout);
+    assert!(sbm::report::archive::archive_path(&c.join("2mbit-kernel-nodelay-r1")).is_file());
     for r in 2..=5 {
         let path = c.join(format!("2mbit-kernel-nodelay-r{r}/cell.json"));
         let mut v = read_json(&path);

@@ -13,9 +13,9 @@ use super::process::{
     bin_dir, in_netns, last_error_line, now_unix_s, spawn_logged, stop_child, testbed_status,
     wait_child, NsSysctls, Waited,
 };
+use super::record::Meta;
 use super::record::{CellStatus, Status};
 use super::spec::{Cell, MatrixSpec};
-use super::store::Meta;
 use crate::signals::StopSignals;
 use crate::testbed::wan;
 

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::aggregate::{self, Group};
 use super::format::rate_header;
-use super::record::{Status, SummaryRow};
+use super::record::{CellStatus, Meta, Status, SummaryRow};
 use super::report;
 use super::spec::{Cell, MatrixSpec};
 use crate::report::compressed::{self, Listing};
@@ -200,27 +200,22 @@ pub struct RunFacts {
 
 impl RunFacts {
     /// From the cells' meta.json (what ran) and cell.json (when).
-    pub fn of(metas: &[Option<Value>], statuses: &[Option<Value>]) -> RunFacts {
+    pub fn of(metas: &[Option<Meta>], statuses: &[Option<CellStatus>]) -> RunFacts {
         let mut f = RunFacts::default();
-        let add = |list: &mut Vec<String>, v: &Value| {
-            if let Some(s) = v.as_str() {
-                if !list.iter().any(|x| x == s) {
-                    list.push(s.to_string());
-                }
+        let add = |list: &mut Vec<String>, s: &str| {
+            if !list.iter().any(|x| x == s) {
+                list.push(s.to_string());
             }
         };
         for m in metas.iter().flatten() {
-            add(&mut f.sbm_versions, &m["sbm_version"]);
-            add(&mut f.commits, &m["git_commit"]);
-            add(&mut f.kernels, &m["kernel_release"]);
+            add(&mut f.sbm_versions, &m.sbm_version);
+            add(&mut f.commits, &m.git_commit);
+            add(&mut f.kernels, &m.kernel_release);
         }
         for c in statuses.iter().flatten() {
-            if let Some(t) = c["started_unix_s"].as_u64() {
-                f.started_unix_s = Some(f.started_unix_s.map_or(t, |s| s.min(t)));
-            }
-            if let Some(t) = c["ended_unix_s"].as_u64() {
-                f.ended_unix_s = Some(f.ended_unix_s.map_or(t, |s| s.max(t)));
-            }
+            let (a, b) = (c.started_unix_s, c.ended_unix_s);
+            f.started_unix_s = Some(f.started_unix_s.map_or(a, |s| s.min(a)));
+            f.ended_unix_s = Some(f.ended_unix_s.map_or(b, |s| s.max(b)));
         }
         f
     }
@@ -456,7 +451,7 @@ fn answer_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
 pub fn cell_html(
     cell: &Cell,
     row: &SummaryRow,
-    meta: Option<&Value>,
+    meta: Option<&Meta>,
     files: &Listing,
     plot: Option<&str>,
 ) -> String {
@@ -537,28 +532,15 @@ pub fn cell_html(
 
 /// meta.json's parts a reader looks for first — the commands, the kernel and its sysctls,
 /// the test bed before and after, the rate changes; the file itself is linked.
-fn meta_html(m: &Value) -> String {
+fn meta_html(m: &Meta) -> String {
     let mut out = String::from("<h2>How it ran (meta.json)</h2>\n<dl>\n");
-    for key in [
-        "send_command",
-        "sink_command",
-        "kernel_release",
-        "git_commit",
-        "sbm_version",
+    for (key, text) in [
+        ("send_command", m.send_command.join(" ")),
+        ("sink_command", m.sink_command.join(" ")),
+        ("kernel_release", m.kernel_release.clone()),
+        ("git_commit", m.git_commit.clone()),
+        ("sbm_version", m.sbm_version.clone()),
     ] {
-        let v = &m[key];
-        if v.is_null() {
-            continue;
-        }
-        let text = match v {
-            Value::String(s) => s.clone(),
-            Value::Array(a) => a
-                .iter()
-                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
-                .collect::<Vec<_>>()
-                .join(" "),
-            other => other.to_string(),
-        };
         let _ = writeln!(
             out,
             "<dt>{}</dt><dd><code>{}</code></dd>",
@@ -567,25 +549,31 @@ fn meta_html(m: &Value) -> String {
         );
     }
     out.push_str("</dl>\n");
-    if let Value::Object(sysctls) = &m["sysctls"] {
-        out.push_str("<h3>sysctls</h3>\n<table>\n");
-        for (k, v) in sysctls {
-            let _ = writeln!(
-                out,
-                "<tr><th><code>{}</code></th><td>{}</td></tr>",
-                escape(k),
-                escape(v.as_str().unwrap_or(&v.to_string()))
-            );
-        }
-        out.push_str("</table>\n");
+    out.push_str("<h3>sysctls</h3>\n<table>\n");
+    for (k, v) in &m.sysctls {
+        let _ = writeln!(
+            out,
+            "<tr><th><code>{}</code></th><td>{}</td></tr>",
+            escape(k),
+            escape(v)
+        );
     }
-    for key in ["testbed_before", "testbed_after", "rate_changes"] {
-        if !m[key].is_null() {
+    out.push_str("</table>\n");
+    // The test bed's state is sbm-testbed's status document, shown as it was recorded;
+    // rate changes with their keys in order, as the file's reader sees them.
+    let rate_changes = (!m.rate_changes.is_empty())
+        .then(|| serde_json::to_value(&m.rate_changes).unwrap_or_default());
+    for (key, v) in [
+        ("testbed_before", Some(&m.testbed_before)),
+        ("testbed_after", Some(&m.testbed_after)),
+        ("rate_changes", rate_changes.as_ref()),
+    ] {
+        if let Some(v) = v.filter(|v| !v.is_null()) {
             let _ = writeln!(
                 out,
                 "<h3>{}</h3>\n<pre>{}</pre>",
                 escape(key),
-                escape(&serde_json::to_string_pretty(&m[key]).unwrap_or_default())
+                escape(&serde_json::to_string_pretty(v).unwrap_or_default())
             );
         }
     }
@@ -609,15 +597,12 @@ pub fn write_site(
     let plots = list(&run_dir.join("plots"));
     let pages = run_dir.join("cells");
     std::fs::create_dir_all(&pages).map_err(|e| format!("{}: {e}", pages.display()))?;
-    let json = |path: &Path| -> Option<Value> {
-        serde_json::from_str(&compressed::read_to_string(path).ok()?).ok()
-    };
     let mut metas = Vec::with_capacity(cells.len());
     let mut statuses = Vec::with_capacity(cells.len());
     for (cell, row) in cells.iter().zip(rows) {
         let dir = run_dir.join(&cell.name);
-        let meta = json(&dir.join("meta.json"));
-        statuses.push(json(&dir.join("cell.json")));
+        let meta = Meta::read(&dir);
+        statuses.push(CellStatus::read(&dir));
         let plot = format!("cell-{}.svg", cell.name);
         let html = cell_html(
             cell,

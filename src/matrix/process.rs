@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::spec::Cell;
 use crate::signals::StopSignals;
@@ -126,8 +126,8 @@ pub(super) fn last_error_line(log: &Path, program: &str) -> Option<String> {
 }
 
 /// A sysctl of the sender's namespace as a cell set it.
-#[derive(Debug, Clone, Serialize)]
-pub(super) struct AppliedSysctl {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AppliedSysctl {
     name: String,
     value: String,
     previous: String,

@@ -2,7 +2,12 @@
 //! row of summary.csv, and which estimator headlines it. The runners write them, the
 //! exporters read them; this module knows neither.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
+
+use super::process::AppliedSysctl;
+use super::schedule::RateChange;
 
 /// How a cell ended (cell.json `status`), or that it has not run (summary.csv only).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -42,6 +47,12 @@ pub struct CellStatus {
 }
 
 impl CellStatus {
+    /// A cell's cell.json, in whichever form the cell is stored (None: it did not run).
+    pub fn read(cell_dir: &Path) -> Option<CellStatus> {
+        let text = crate::report::compressed::read_to_string(&cell_dir.join("cell.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
     /// A cell starting now: failed until its run says otherwise.
     pub fn starting(name: &str, pair: Option<String>) -> CellStatus {
         let now = std::time::SystemTime::now()
@@ -198,5 +209,58 @@ impl Headline {
             Headline::Sampled => "sampled",
             Headline::Sched => "tx_sched",
         }
+    }
+}
+/// meta.json of a cell: how it ran (versions, sysctls, command lines, the test bed before
+/// and after). The one type that writes it (store) and reads it back (the report, the
+/// pages, the rate-change markers); fields an older file lacks read as their defaults.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Meta {
+    pub sbm_version: String,
+    pub git_commit: String,
+    /// The machine sbm-matrix ran on (on real hosts, `hosts` describes both ends).
+    pub kernel_release: String,
+    pub sysctls: std::collections::BTreeMap<String, String>,
+    pub cell: String,
+    pub rate: String,
+    pub config: String,
+    pub label: String,
+    pub write_size: String,
+    pub nodelay: bool,
+    pub cc: String,
+    pub sender_kernel: String,
+    pub cpu_quota: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_slices: Option<u32>,
+    pub guest_sysctls: Vec<(String, String)>,
+    /// sysctls set in the sender's namespace for the cell, with the values they replaced.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ns_sysctls: Vec<AppliedSysctl>,
+    /// `command` cells: sink_command is the client's, send_command sbm-trace's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+    pub repetition: u32,
+    pub sink_command: Vec<String>,
+    pub send_command: Vec<String>,
+    pub testbed_before: serde_json::Value,
+    pub testbed_after: serde_json::Value,
+    /// With a rate schedule: when the sender connected (the schedule's origin) and each
+    /// change as it took effect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule_origin_unix_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rate_changes: Vec<RateChange>,
+    /// On real hosts: the pair, both ends before and after, clocks, the path's RTT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<serde_json::Value>,
+}
+
+impl Meta {
+    /// A cell's meta.json, in whichever form the cell is stored (None: missing or not a
+    /// meta.json).
+    pub fn read(cell_dir: &Path) -> Option<Meta> {
+        let text = crate::report::compressed::read_to_string(&cell_dir.join("meta.json")).ok()?;
+        serde_json::from_str(&text).ok()
     }
 }

@@ -89,7 +89,8 @@ pub fn recovery(frames: &[FrameRow], changes_ns: &[u64]) -> Recovery {
 
 /// A cell's recovery from its files (None: no frames.csv or no changes recorded).
 pub fn of_cell(dir: &Path) -> Option<Recovery> {
-    let changes: Vec<u64> = super::schedule::read_rate_changes(dir)?
+    let changes: Vec<u64> = super::record::Meta::read(dir)?
+        .rate_changes
         .iter()
         .map(|c| c.applied_unix_ns)
         .collect();

@@ -9,7 +9,7 @@ use std::path::Path;
 use super::aggregate::{self, Group};
 use super::cell_series::{interval_series, thin, WriteSeries};
 use super::format::{fmt_delay, fmt_rate, rate_header};
-use super::record::{CellStatus, Headline, Status, SummaryRow};
+use super::record::{CellStatus, Headline, Meta, Status, SummaryRow};
 use super::spec::{Cell, MatrixSpec};
 use super::svg::{self, Chart, Series, Style};
 use crate::report::compressed;
@@ -918,7 +918,7 @@ pub(super) fn write_plots(
 /// `started_unix_ns`) and the new rate.
 fn rate_change_markers(dir: &Path) -> Vec<(f64, String)> {
     let summary: Option<SendSummary> = read_json(&dir.join("summary.json"));
-    let (Some(changes), Some(summary)) = (super::schedule::read_rate_changes(dir), summary) else {
+    let (Some(changes), Some(summary)) = (Meta::read(dir).map(|m| m.rate_changes), summary) else {
         return vec![];
     };
     let t0 = summary.started_unix_ns as f64;

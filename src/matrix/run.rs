@@ -16,10 +16,11 @@ use super::process::{
     bin_dir, fmt_dur, last_error_line, now_unix_s, spawn_logged, stop_child, testbed_status,
     utc_stamp, wait_child, NsSysctls, Waited,
 };
+use super::record::Meta;
 use super::record::{CellStatus, Status};
 use super::schedule;
 use super::spec::{Cell, MatrixSpec, SpecError, Workload};
-use super::store::{read_status, store_cell, Meta};
+use super::store::store_cell;
 use crate::signals::StopSignals;
 use crate::testbed::wan;
 
@@ -580,7 +581,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
         .copied()
         .filter(|c| {
             !opts.resume
-                || read_status(&run_dir.join(&c.name)).is_none_or(|s| s.status != Status::Ok)
+                || CellStatus::read(&run_dir.join(&c.name)).is_none_or(|s| s.status != Status::Ok)
         })
         .collect();
     let total: Duration = todo.iter().map(|c| estimate(&spec, c)).sum();

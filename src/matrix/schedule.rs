@@ -10,20 +10,6 @@ use serde::{Deserialize, Serialize};
 use super::spec::rates::ScheduledRate;
 use crate::testbed::wan;
 
-/// meta.json's rate changes, read back through the type that wrote them (None: no readable
-/// meta.json; a cell without a schedule has none).
-pub fn read_rate_changes(cell_dir: &Path) -> Option<Vec<RateChange>> {
-    #[derive(Deserialize)]
-    struct MetaChanges {
-        #[serde(default)]
-        rate_changes: Vec<RateChange>,
-    }
-    let text = crate::report::compressed::read_to_string(&cell_dir.join("meta.json")).ok()?;
-    serde_json::from_str::<MetaChanges>(&text)
-        .ok()
-        .map(|m| m.rate_changes)
-}
-
 /// meta.json's record of one change.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RateChange {
@@ -33,9 +19,9 @@ pub struct RateChange {
     /// The queue in bytes as installed (None: the change failed, or no shaping).
     pub queue_bytes: Option<u64>,
     /// When `set` was started, CLOCK_REALTIME ns: the change took effect between this and
-    /// `applied_unix_ns` (absent, 0, in records from before it was kept).
-    #[serde(default)]
-    pub started_unix_ns: u64,
+    /// `applied_unix_ns` (None: a record from before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_ns: Option<u64>,
     /// When `set` returned (the change in place), CLOCK_REALTIME ns and seconds after the
     /// sender connected.
     pub applied_unix_ns: u64,
@@ -89,7 +75,7 @@ pub fn apply(prefix: &str, step: &ScheduledRate, origin: Instant) -> RateChange 
                 }
                 .limit_bytes()
             }),
-            started_unix_ns,
+            started_unix_ns: Some(started_unix_ns),
             applied_unix_ns,
             applied_s,
             error: None,
@@ -98,7 +84,7 @@ pub fn apply(prefix: &str, step: &ScheduledRate, origin: Instant) -> RateChange 
             at_s: step.at.as_secs_f64(),
             rate_bps: step.rate_bps,
             queue_bytes: None,
-            started_unix_ns,
+            started_unix_ns: Some(started_unix_ns),
             applied_unix_ns,
             applied_s,
             error: Some(e.to_string()),

@@ -5,63 +5,18 @@
 
 use std::path::Path;
 
-use serde::Serialize;
-
 use super::format::{fmt_delay, fmt_rate};
-use super::process::{git_commit, AppliedSysctl};
-use super::record::{CellStatus, Headline, Status};
+use super::process::git_commit;
+use super::record::{CellStatus, Headline, Meta, Status};
 use super::report;
-use super::schedule;
 use super::spec::{Cell, Workload};
 use crate::sysinfo;
-
-/// meta.json of a cell.
-#[derive(Serialize)]
-pub(super) struct Meta {
-    pub(super) sbm_version: &'static str,
-    pub(super) git_commit: String,
-    /// The machine sbm-matrix ran on (on real hosts, `hosts` describes both ends).
-    pub(super) kernel_release: String,
-    pub(super) sysctls: std::collections::BTreeMap<String, String>,
-    pub(super) cell: String,
-    pub(super) rate: String,
-    pub(super) config: String,
-    pub(super) label: String,
-    pub(super) write_size: String,
-    pub(super) nodelay: bool,
-    pub(super) cc: String,
-    pub(super) sender_kernel: String,
-    pub(super) cpu_quota: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) cpu_slices: Option<u32>,
-    pub(super) guest_sysctls: Vec<(String, String)>,
-    /// sysctls set in the sender's namespace for the cell, with the values they replaced.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(super) ns_sysctls: Vec<AppliedSysctl>,
-    /// `command` cells: sink_command is the client's, send_command sbm-trace's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) workload: Option<&'static str>,
-    pub(super) repetition: u32,
-    pub(super) sink_command: Vec<String>,
-    pub(super) send_command: Vec<String>,
-    pub(super) testbed_before: serde_json::Value,
-    pub(super) testbed_after: serde_json::Value,
-    /// With a rate schedule: when the sender connected (the schedule's origin) and each
-    /// change as it took effect.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) schedule_origin_unix_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(super) rate_changes: Vec<schedule::RateChange>,
-    /// On real hosts: the pair, both ends before and after, clocks, the path's RTT.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) hosts: Option<serde_json::Value>,
-}
 
 impl Meta {
     /// A cell's meta.json with what every path records.
     pub(super) fn new(cell: &Cell, sink_command: Vec<String>, send_command: Vec<String>) -> Meta {
         Meta {
-            sbm_version: env!("CARGO_PKG_VERSION"),
+            sbm_version: env!("CARGO_PKG_VERSION").into(),
             git_commit: git_commit(),
             kernel_release: sysinfo::kernel_release(),
             sysctls: sysinfo::relevant_sysctls(),
@@ -79,7 +34,7 @@ impl Meta {
             ns_sysctls: vec![],
             workload: match cell.workload {
                 Workload::Send => None,
-                Workload::Command { .. } => Some("command"),
+                Workload::Command { .. } => Some("command".into()),
             },
             repetition: cell.repetition,
             sink_command,
@@ -158,10 +113,4 @@ pub(super) fn store_cell(cell: &Cell, dir: &Path, st: &CellStatus) -> String {
         (_, _, Some(g)) => format!("no sojourn measured @ {}", fmt_rate(g)),
         _ => "no sojourn measured".into(),
     }
-}
-
-/// A cell's cell.json, if it ran.
-pub(super) fn read_status(dir: &Path) -> Option<CellStatus> {
-    serde_json::from_str(&crate::report::compressed::read_to_string(&dir.join("cell.json")).ok()?)
-        .ok()
 }

@@ -19,10 +19,11 @@ use serde::Serialize;
 
 use super::argv::{send_args, send_flows};
 use super::process::{bin_dir, fmt_dur, last_error_line, now_unix_s, utc_stamp};
+use super::record::Meta;
 use super::record::{CellStatus, Status};
 use super::spec::pair::{HostShaping, Pair};
 use super::spec::{Cell, MatrixSpec};
-use super::store::{store_cell, Meta};
+use super::store::store_cell;
 use crate::remote::{self, install, Endpoint, Host, Job, RemoteError};
 use crate::signals::StopSignals;
 use crate::testbed::hold;
