@@ -538,7 +538,7 @@ fn report_problems(
             }
             // A plot with data draws lines or points, not only its frame.
             let svg = std::fs::read_to_string(file_of(src)).unwrap_or_default();
-            if !(svg.contains("<polyline") || svg.contains("<circle")) {
+            if !(svg.contains("<polyline") || svg.contains(r#"<path class="points""#)) {
                 problems.push(format!("{name}: plot {src} has no data drawn"));
             }
             plots_seen += 1;
