@@ -29,7 +29,9 @@
 //!   and the patched kernel's option and its own view of the rule.
 //! - [`report`]: the outputs — `report::schema` owns every row and summary.json (written
 //!   and read back through the same types, with a schema version), beside the CSV, JSON and
-//!   human-text writers.
+//!   human-text writers; `report::compressed` opens a stored cell's file by its plain path
+//!   whether it is plain, xz-compressed or in the cell's archive (`report::archive`, made by
+//!   `sbm-matrix pack`).
 //! - [`wire`]: the optional per-message header (trip times) and its parser.
 //! - [`peers`]: other tools' peers (iperf3's client and server) known by their first bytes.
 //! - [`send`]: sbm-send — its CLI and config, and the loop split by job in `send::run`:
@@ -52,12 +54,14 @@
 //!   binaries put there.
 //! - [`matrix`]: sbm-matrix, split by job. The model: `matrix::spec` the matrix file and its
 //!   cells (with `spec::rates` the rate schedules and `spec::pair` real host pairs),
-//!   `matrix::record` what a run keeps per cell (cell.json, summary.csv's row). The runners:
+//!   `matrix::record` what a run keeps per cell (cell.json, meta.json, summary.csv's row;
+//!   each type writes its file and reads it back). The runners:
 //!   `matrix::run` the emulated path and guests (typed `MatrixError`), `matrix::command` the
 //!   command cells (an unmodified server under sbm-trace and its client), `matrix::hosts`
 //!   real hosts over ssh, `matrix::schedule` bottleneck changes during a cell; below them
 //!   `matrix::argv` the programs' command lines, `matrix::process` children and namespaces,
-//!   `matrix::store` meta.json, cell.json and a cell's compressed files. The report:
+//!   `matrix::store` a finished cell's files (meta.json, cell.json, its compressed files),
+//!   `matrix::pack` a run's cells packed one archive each and back. The report:
 //!   `matrix::report`, `matrix::aggregate`, `matrix::html`, `matrix::svg`,
 //!   `matrix::recovery`, `matrix::compare` and `matrix::format` as functions of the stored
 //!   records, and `matrix::export` the one step that writes the run's files.
