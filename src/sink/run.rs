@@ -892,12 +892,17 @@ pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
                             "sbm-sink: {sig}: closing {} open connection(s)",
                             sink.conns.len()
                         );
+                        // Runs that ended before the signal are said as such (a client may
+                        // have its summary before this loop has read the run's end); the rest
+                        // are stopped, and each one's end is said once its thread is done.
+                        sink.finish_reverse_runs();
                         if !sink.reverse.running.is_empty() {
                             crate::say!(
                                 "sbm-sink: {sig}: stopping {} reverse run(s); their summaries go back to their clients",
                                 sink.reverse.running.len()
                             );
                             sink.reverse.stop_all(sig);
+                            sink.finish_reverse_runs();
                         }
                         let open: Vec<u64> = sink.conns.keys().copied().collect();
                         for token in open {
