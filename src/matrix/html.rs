@@ -589,12 +589,7 @@ pub fn write_site(
     cells: &[Cell],
     rows: &[SummaryRow],
 ) -> Result<(), String> {
-    let list = |dir: &Path| -> Vec<String> {
-        match compressed::list_cell(dir) {
-            Listing::Dir(files) | Listing::Archive { files, .. } => files,
-        }
-    };
-    let plots = list(&run_dir.join("plots"));
+    let plots = compressed::files_in(&run_dir.join("plots"));
     let pages = run_dir.join("cells");
     std::fs::create_dir_all(&pages).map_err(|e| format!("{}: {e}", pages.display()))?;
     let mut metas = Vec::with_capacity(cells.len());

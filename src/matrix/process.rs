@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
 
+use super::record::AppliedSysctl;
 use super::spec::Cell;
 use crate::signals::StopSignals;
 use crate::testbed::{status, wan};
@@ -123,14 +123,6 @@ pub(super) fn last_error_line(log: &Path, program: &str) -> Option<String> {
         .rev()
         .find(|l| l.starts_with(&format!("{program}:")) || l.contains("error"))
         .map(str::to_string)
-}
-
-/// A sysctl of the sender's namespace as a cell set it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AppliedSysctl {
-    name: String,
-    value: String,
-    previous: String,
 }
 
 /// The cell's sysctls in the sender's namespace, put back when dropped (on every way out of

@@ -6,9 +6,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::process::AppliedSysctl;
-use super::schedule::RateChange;
-
 /// How a cell ended (cell.json `status`), or that it has not run (summary.csv only).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -49,8 +46,7 @@ pub struct CellStatus {
 impl CellStatus {
     /// A cell's cell.json, in whichever form the cell is stored (None: it did not run).
     pub fn read(cell_dir: &Path) -> Option<CellStatus> {
-        let text = crate::report::compressed::read_to_string(&cell_dir.join("cell.json")).ok()?;
-        serde_json::from_str(&text).ok()
+        crate::report::compressed::read_json(&cell_dir.join("cell.json"))
     }
 
     /// A cell starting now: failed until its run says otherwise.
@@ -211,6 +207,7 @@ impl Headline {
         }
     }
 }
+
 /// meta.json of a cell: how it ran (versions, sysctls, command lines, the test bed before
 /// and after). The one type that writes it (store) and reads it back (the report, the
 /// pages, the rate-change markers); fields an older file lacks read as their defaults.
@@ -260,7 +257,34 @@ impl Meta {
     /// A cell's meta.json, in whichever form the cell is stored (None: missing or not a
     /// meta.json).
     pub fn read(cell_dir: &Path) -> Option<Meta> {
-        let text = crate::report::compressed::read_to_string(&cell_dir.join("meta.json")).ok()?;
-        serde_json::from_str(&text).ok()
+        crate::report::compressed::read_json(&cell_dir.join("meta.json"))
     }
+}
+
+/// A sysctl of the sender's namespace as a cell set it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AppliedSysctl {
+    pub name: String,
+    pub value: String,
+    pub previous: String,
+}
+
+/// meta.json's record of one change.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RateChange {
+    /// When it was due, seconds after the sender connected.
+    pub at_s: f64,
+    pub rate_bps: Option<u64>,
+    /// The queue in bytes as installed (None: the change failed, or no shaping).
+    pub queue_bytes: Option<u64>,
+    /// When `set` was started, CLOCK_REALTIME ns: the change took effect between this and
+    /// `applied_unix_ns` (None: a record from before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_ns: Option<u64>,
+    /// When `set` returned (the change in place), CLOCK_REALTIME ns and seconds after the
+    /// sender connected.
+    pub applied_unix_ns: u64,
+    pub applied_s: f64,
+    /// Why the change failed, if it did.
+    pub error: Option<String>,
 }

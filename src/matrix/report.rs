@@ -12,7 +12,7 @@ use super::format::{fmt_delay, fmt_rate, rate_header};
 use super::record::{CellStatus, Headline, Meta, Status, SummaryRow};
 use super::spec::{Cell, MatrixSpec};
 use super::svg::{self, Chart, Series, Style};
-use crate::report::compressed;
+use crate::report::compressed::{self, read_json};
 use crate::report::schema::{SendSummary, TraceConnSummary, TraceSummary};
 use crate::stats::Percentiles;
 use crate::testbed::uml;
@@ -22,11 +22,6 @@ pub fn jain_index(x: &[f64]) -> Option<f64> {
     let sum: f64 = x.iter().sum();
     let squares: f64 = x.iter().map(|v| v * v).sum();
     (!x.is_empty() && squares > 0.0).then(|| sum * sum / (x.len() as f64 * squares))
-}
-
-/// A cell's JSON file read through its type (None: missing or not that type).
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
-    serde_json::from_str(&compressed::read_to_string(path).ok()?).ok()
 }
 
 /// A cell's files as the report reads them (each may be missing).

@@ -5,30 +5,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
+use super::record::RateChange;
 use super::spec::rates::ScheduledRate;
 use crate::testbed::wan;
-
-/// meta.json's record of one change.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RateChange {
-    /// When it was due, seconds after the sender connected.
-    pub at_s: f64,
-    pub rate_bps: Option<u64>,
-    /// The queue in bytes as installed (None: the change failed, or no shaping).
-    pub queue_bytes: Option<u64>,
-    /// When `set` was started, CLOCK_REALTIME ns: the change took effect between this and
-    /// `applied_unix_ns` (None: a record from before it was kept).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_unix_ns: Option<u64>,
-    /// When `set` returned (the change in place), CLOCK_REALTIME ns and seconds after the
-    /// sender connected.
-    pub applied_unix_ns: u64,
-    pub applied_s: f64,
-    /// Why the change failed, if it did.
-    pub error: Option<String>,
-}
 
 /// The instant the sender connected: its banner line ("sbm-send V: LOCAL -> PEER, …")
 /// appears right after connect in one of `logs` (send.log; a UML guest's console). None if

@@ -63,14 +63,6 @@ impl Members {
     pub fn paths(&self) -> impl Iterator<Item = &Path> {
         self.0.keys().map(PathBuf::as_path)
     }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 fn invalid(path: &Path, what: impl std::fmt::Display) -> io::Error {
@@ -271,21 +263,6 @@ fn forget(archive: &Path) {
     cache.retain(|((p, _, _), _)| p != archive);
 }
 
-/// Reads one member as a stream.
-pub fn open_member(archive: &Path, inner: &Path) -> io::Result<io::Cursor<Arc<[u8]>>> {
-    members(archive)?
-        .get(inner)
-        .map(io::Cursor::new)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, inner.display().to_string()))
-}
-
-/// For a reader that wants bytes.
-pub fn read_member(archive: &Path, inner: &Path) -> io::Result<Vec<u8>> {
-    let mut out = vec![];
-    open_member(archive, inner)?.read_to_end(&mut out)?;
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,7 +302,7 @@ mod tests {
             (archive_path(&dir), PathBuf::from("flow-1/writes.csv.xz"))
         );
         assert_eq!(
-            read_member(&archive_path(&dir), Path::new("flow-1/writes.csv.xz")).unwrap(),
+            &*m.get(Path::new("flow-1/writes.csv.xz")).unwrap(),
             [0xfd, b'7', 0, 1, 2]
         );
         assert_eq!(unpack(&archive_path(&dir)).unwrap(), dir);

@@ -39,17 +39,31 @@ pub fn open(plain: &Path) -> io::Result<Box<dyn Read>> {
             if let Ok(f) = File::open(compressed_path(plain)) {
                 return Ok(Box::new(xz2::read::XzDecoder::new(BufReader::new(f))));
             }
-            let Some((archive, inner)) = archive::locate(plain) else {
-                return Err(e);
-            };
-            if let Ok(m) = archive::open_member(&archive, &inner) {
-                return Ok(Box::new(m));
+            match archived(plain) {
+                Some((bytes, false)) => Ok(Box::new(io::Cursor::new(bytes))),
+                Some((bytes, true)) => {
+                    Ok(Box::new(xz2::read::XzDecoder::new(io::Cursor::new(bytes))))
+                }
+                None => Err(e),
             }
-            let m = archive::open_member(&archive, &compressed_path(&inner)).map_err(|_| e)?;
-            Ok(Box::new(xz2::read::XzDecoder::new(m)))
         }
         Err(e) => Err(e),
     }
+}
+
+/// `plain` in its packed cell's archive: its bytes, and whether they are the `.xz` form.
+fn archived(plain: &Path) -> Option<(std::sync::Arc<[u8]>, bool)> {
+    let (archive, inner) = archive::locate(plain)?;
+    let members = archive::members(&archive).ok()?;
+    if let Some(bytes) = members.get(&inner) {
+        return Some((bytes, false));
+    }
+    members.get(&compressed_path(&inner)).map(|b| (b, true))
+}
+
+/// A cell's JSON file read through its type (None: missing, or not that type).
+pub fn read_json<T: serde::de::DeserializeOwned>(plain: &Path) -> Option<T> {
+    serde_json::from_str(&read_to_string(plain).ok()?).ok()
 }
 
 /// A cell file's text, in whichever form it is stored.
@@ -61,12 +75,7 @@ pub fn read_to_string(plain: &Path) -> io::Result<String> {
 
 /// Whether `plain` exists in any form.
 pub fn exists(plain: &Path) -> bool {
-    plain.exists()
-        || compressed_path(plain).exists()
-        || archive::locate(plain).is_some_and(|(archive, inner)| {
-            archive::members(&archive)
-                .is_ok_and(|m| m.get(&inner).is_some() || m.get(&compressed_path(&inner)).is_some())
-        })
+    plain.exists() || compressed_path(plain).exists() || archived(plain).is_some()
 }
 
 /// Whether `dir` is a directory of a cell (the cell's own or one inside it, e.g. `flow-1`),
@@ -102,6 +111,12 @@ pub fn list_cell(dir: &Path) -> Listing {
             };
         }
     }
+    Listing::Dir(files_in(dir))
+}
+
+/// The regular files directly in the directory `dir` on disk, sorted (none when it cannot
+/// be read).
+pub fn files_in(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| {
@@ -113,7 +128,7 @@ pub fn list_cell(dir: &Path) -> Listing {
         })
         .unwrap_or_default();
     v.sort();
-    Listing::Dir(v)
+    v
 }
 
 /// Replaces `plain` by `plain.xz`; the plain file is removed only once the compressed one
