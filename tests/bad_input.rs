@@ -288,6 +288,7 @@ const CASES: &[Case] = &[
     ("sbm-matrix", &["run", "no-such-preset", "--dry-run"], 1, "no-such-preset"),
     ("sbm-matrix", &["report"], 2, "<DIR>"),
     ("sbm-matrix", &["report", "/nonexistent-sbm-run"], 1, "/nonexistent-sbm-run"),
+    ("sbm-matrix", &["report", "--every-plot=yes", "/nonexistent-sbm-run"], 2, "--every-plot"),
     ("sbm-matrix", &["list", "extra"], 2, "extra"),
     ("sbm-matrix", &["pack"], 2, "<DIRS>"),
     ("sbm-matrix", &["pack", "/nonexistent-sbm-run"], 1, "not a run directory"),

@@ -309,57 +309,84 @@ fn evaluate(b: &mut Browser, page: &Path, expression: &str) -> Value {
     serde_json::from_str(r["result"]["value"].as_str().unwrap_or("null")).unwrap()
 }
 
-/// What a plot's text looks like as the browser lays it out (rotated labels as drawn, at
-/// the picture's own size): every label inside the
-/// picture (a legend cut at the edge reads "NOTSENT_LOWAT tuned to th"), and no two labels
-/// over one another.
-fn plot_text_problems(b: &mut Browser, svg: &Path) -> Vec<String> {
+/// What is wrong with the plots in `page` as the browser lays them out — an SVG file (the
+/// document itself) or a page's inline plots (`div.plot svg`): a plot with no data drawn
+/// (only its frame), a label outside the picture (a legend cut at the edge reads
+/// "NOTSENT_LOWAT tuned to th"), two labels over one another, a bare TX_SCHED legend.
+/// Returns how many plots it checked, and the problems.
+fn plot_problems(b: &mut Browser, page: &Path, inline: bool) -> (usize, Vec<String>) {
+    let select = if inline {
+        "Array.from(document.querySelectorAll('div.plot svg'))"
+    } else {
+        "[document.documentElement]"
+    };
+    // Boxes in the picture's own units (an inline plot may be scaled to the page).
     let found = evaluate(
         b,
-        svg,
-        "JSON.stringify((() => {\
-            const svg = document.documentElement;\
-            const width = svg.viewBox.baseVal.width;\
-            const origin = svg.getBoundingClientRect();\
-            const boxes = Array.from(document.querySelectorAll('text'))\
-                .filter(t => t.textContent.trim() !== '')\
-                .map(t => { const b = t.getBoundingClientRect(); return [t.textContent, b.left - origin.left, b.top - origin.top, b.right - origin.left, b.bottom - origin.top]; });\
-            return {width, boxes};\
-        })())",
+        page,
+        &format!(
+            "JSON.stringify({select}.map(svg => {{\
+                const width = svg.viewBox.baseVal.width;\
+                const origin = svg.getBoundingClientRect();\
+                const scale = origin.width / width;\
+                const boxes = Array.from(svg.querySelectorAll('text'))\
+                    .filter(t => t.textContent.trim() !== '')\
+                    .map(t => {{ const b = t.getBoundingClientRect(); return [t.textContent, (b.left - origin.left) / scale, (b.top - origin.top) / scale, (b.right - origin.left) / scale, (b.bottom - origin.top) / scale]; }});\
+                const drawn = svg.querySelector('polyline, path.points') !== null;\
+                return {{width, boxes, drawn}};\
+            }}))"
+        ),
     );
-    let name = svg.file_name().unwrap().to_string_lossy().into_owned();
-    let width = found["width"].as_f64().unwrap();
-    let boxes: Vec<(String, [f64; 4])> = found["boxes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| {
-            let n = |i: usize| b[i].as_f64().unwrap();
-            (b[0].as_str().unwrap().to_string(), [n(1), n(2), n(3), n(4)])
-        })
-        .collect();
+    let name = page.file_name().unwrap().to_string_lossy().into_owned();
+    let plots = found.as_array().unwrap();
     let mut problems = vec![];
-    for (text, r) in &boxes {
-        if r[0] < -0.5 || r[2] > width + 0.5 {
-            problems.push(format!(
-                "{name}: \"{text}\" is cut at the picture's edge ({:.0}–{:.0} of {width})",
-                r[0], r[2]
-            ));
+    for (k, plot) in plots.iter().enumerate() {
+        let name = if inline {
+            format!("{name}: plot {}", k + 1)
+        } else {
+            name.clone()
+        };
+        let width = plot["width"].as_f64().unwrap();
+        let boxes: Vec<(String, [f64; 4])> = plot["boxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                let n = |i: usize| b[i].as_f64().unwrap();
+                (b[0].as_str().unwrap().to_string(), [n(1), n(2), n(3), n(4)])
+            })
+            .collect();
+        if !plot["drawn"].as_bool().unwrap() {
+            problems.push(format!("{name}: no data drawn"));
         }
-    }
-    // Overlap by more than a pixel each way (glyph boxes of neighbouring lines touch).
-    for (i, (ta, a)) in boxes.iter().enumerate() {
-        for (tb, b) in &boxes[i + 1..] {
-            let dx = a[2].min(b[2]) - a[0].max(b[0]);
-            let dy = a[3].min(b[3]) - a[1].max(b[1]);
-            if dx > 1.0 && dy > 1.0 {
+        for (text, r) in &boxes {
+            if r[0] < -0.5 || r[2] > width + 0.5 {
                 problems.push(format!(
-                    "{name}: \"{ta}\" and \"{tb}\" print over each other"
+                    "{name}: \"{text}\" is cut at the picture's edge ({:.0}–{:.0} of {width})",
+                    r[0], r[2]
+                ));
+            }
+            // A TX_SCHED series says whether it is a measurement or an upper bound.
+            if text == "TX_SCHED" {
+                problems.push(format!(
+                    "{name}: a bare TX_SCHED legend (own report or bound?)"
                 ));
             }
         }
+        // Overlap by more than a pixel each way (glyph boxes of neighbouring lines touch).
+        for (i, (ta, a)) in boxes.iter().enumerate() {
+            for (tb, b) in &boxes[i + 1..] {
+                let dx = a[2].min(b[2]) - a[0].max(b[0]);
+                let dy = a[3].min(b[3]) - a[1].max(b[1]);
+                if dx > 1.0 && dy > 1.0 {
+                    problems.push(format!(
+                        "{name}: \"{ta}\" and \"{tb}\" print over each other"
+                    ));
+                }
+            }
+        }
     }
-    problems
+    (plots.len(), problems)
 }
 
 fn file_of(url: &str) -> PathBuf {
@@ -378,16 +405,20 @@ struct Expect {
     /// where it does not).
     heat: Option<usize>,
     cell_links: usize,
+    /// Exactly this many plots, the run's and those drawn into its pages (None: at least
+    /// one).
+    plots: Option<usize>,
 }
 
 impl Expect {
-    /// Read from a committed run's summary.csv: a page per cell, a line per rate with a
+    /// Read from a committed run's summary.csv: a page per configuration and rate, a line per rate with a
     /// finished cell, a link per configuration and rate.
     fn of_run(run: &Path) -> Expect {
         let mut rdr = csv::Reader::from_path(run.join("summary.csv")).unwrap();
         let headers = rdr.headers().unwrap().clone();
         let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
         let (rate, config, status) = (col("rate"), col("config"), col("status"));
+        let (cell, repetition) = (col("cell"), col("repetition"));
         let rows: Vec<csv::StringRecord> = rdr.records().map(Result::unwrap).collect();
         let finished = |r: &&csv::StringRecord| &r[status] == "ok";
         let rates: std::collections::BTreeSet<&str> =
@@ -397,11 +428,20 @@ impl Expect {
             .filter(finished)
             .map(|r| (&r[config], &r[rate]))
             .collect();
+        // A page per configuration and rate, named after its runs without `-rN`.
+        let pages: std::collections::BTreeSet<&str> = rows
+            .iter()
+            .map(|r| {
+                let suffix = format!("-r{}", &r[repetition]);
+                r[cell].strip_suffix(suffix.as_str()).unwrap_or(&r[cell])
+            })
+            .collect();
         Expect {
-            pages: 1 + rows.len(),
+            pages: 1 + pages.len(),
             answers: rates.len(),
             heat: None,
             cell_links: groups.len(),
+            plots: None,
         }
     }
 }
@@ -460,14 +500,29 @@ fn every_report_page_loads_clean_with_its_plots_and_links() {
 
     let mut browser = Browser::start(dir.join("profile"));
     let expect = Expect {
-        pages: 1 + 4,
+        // Two configurations at one rate, two runs each: a page each.
+        pages: 1 + 2,
         answers: 1,
         heat: Some(2),
         cell_links: 4,
+        // The two run-wide plots (the sojourn CDF, goodput against sojourn) and each
+        // configuration's representative run.
+        plots: Some(2 + 2),
     };
     let (problems, pages) =
         report_problems(&mut browser, &run, &expect, Some(&dir.join("index.png")));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // Every run's plot on request.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sbm-matrix"));
+    cmd.args(["report", run.to_str().unwrap(), "--every-plot"]);
+    let res = output_within(cmd, Duration::from_secs(120));
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    let every = Expect {
+        plots: Some(2 + 4),
+        ..expect
+    };
+    let (problems, _) = report_problems(&mut browser, &run, &every, None);
+    assert!(problems.is_empty(), "--every-plot: {}", problems.join("\n"));
     // $SBM_BROWSER_BASELINE: an older sbm-matrix, whose report of the same run the checks
     // must find fault with (they bite); run once by hand, its findings recorded in
     // docs/development.md.
@@ -518,7 +573,7 @@ fn report_problems(
     assert_eq!(
         pages.len(),
         expect.pages,
-        "an index and a page per cell: {pages:?}"
+        "an index and a page per configuration and rate: {pages:?}"
     );
 
     let mut problems = vec![];
@@ -536,22 +591,19 @@ fn report_problems(
                 problems.push(format!("{name}: image {src} did not load"));
                 continue;
             }
-            // A plot with data draws lines or points, not only its frame.
-            let svg = std::fs::read_to_string(file_of(src)).unwrap_or_default();
-            if !(svg.contains("<polyline") || svg.contains(r#"<path class="points""#)) {
-                problems.push(format!("{name}: plot {src} has no data drawn"));
-            }
             plots_seen += 1;
             if svg_checked.insert(src.clone()) {
-                problems.extend(plot_text_problems(browser, &file_of(src)));
-                // A TX_SCHED series says whether it is a measurement or an upper bound.
-                if svg.contains(">TX_SCHED</text>") {
-                    problems.push(format!(
-                        "{src}: a bare TX_SCHED legend (own report or bound?)"
-                    ));
-                }
+                problems.extend(plot_problems(browser, &file_of(src), false).1);
             }
         }
+        // A configuration's page draws its runs' plots over time inline.
+        let (inline_plots, inline_problems) = if is_index {
+            (0, vec![])
+        } else {
+            plot_problems(browser, page, true)
+        };
+        plots_seen += inline_plots;
+        problems.extend(inline_problems);
         for link in &loaded.links {
             if !file_of(link).exists() {
                 problems.push(format!("{name}: link {link} leads nowhere"));
@@ -631,12 +683,17 @@ fn report_problems(
                 assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
                 std::fs::write(path, png).unwrap();
             }
-        } else if finished && loaded.images.is_empty() {
-            problems.push(format!("{name}: a finished cell's page without its plot"));
+        } else if finished && inline_plots == 0 {
+            problems.push(format!(
+                "{name}: a finished configuration's page without a plot"
+            ));
         }
     }
-    if plots_seen < 5 {
-        problems.push(format!("only {plots_seen} plots seen"));
+    if expect.plots.map_or(plots_seen == 0, |n| plots_seen != n) {
+        problems.push(format!(
+            "{plots_seen} plots seen, not {}",
+            expect.plots.map_or("at least 1".into(), |n| n.to_string())
+        ));
     }
     (problems, pages.len())
 }

@@ -6,12 +6,19 @@
 use std::path::Path;
 
 use super::aggregate;
+use super::html::CellPlots;
 use super::report::{summary_row, table_md, write_plots, CellFiles};
 use super::spec::{Cell, MatrixSpec};
 
 /// Writes summary.csv (one row per run), aggregates.csv (one row per table cell, over its
-/// runs), table.md, the plots and the HTML report (index.html, cells/) into `run_dir`.
-pub fn write_all(run_dir: &Path, spec: &MatrixSpec, cells: &[Cell]) -> Result<String, String> {
+/// runs), table.md, the plots and the HTML report (index.html, cells/) into `run_dir`;
+/// `plots` says whose plots over time the pages draw.
+pub fn write_all(
+    run_dir: &Path,
+    spec: &MatrixSpec,
+    cells: &[Cell],
+    plots: CellPlots,
+) -> Result<String, String> {
     let mut rows = vec![];
     for c in cells {
         rows.push(summary_row(c, &CellFiles::read(&run_dir.join(&c.name))));
@@ -37,6 +44,6 @@ pub fn write_all(run_dir: &Path, spec: &MatrixSpec, cells: &[Cell]) -> Result<St
     std::fs::write(run_dir.join("table.md"), format!("{title}{table}"))
         .map_err(|e| e.to_string())?;
     write_plots(run_dir, spec, cells, &rows)?;
-    super::html::write_site(run_dir, spec, cells, &rows)?;
+    super::html::write_site(run_dir, spec, cells, &rows, plots)?;
     Ok(table)
 }

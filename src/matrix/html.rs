@@ -1,6 +1,8 @@
-//! The run's HTML report: `index.html` beside table.md and one page per cell under
-//! `cells/`. Self-contained: inline CSS, no scripts, nothing fetched from a network; the
-//! plots are the run's own SVGs under `plots/`, the data the cells' own files, linked.
+//! The run's HTML report: `index.html` beside table.md and, under `cells/`, one page per
+//! configuration and rate (a cell of the table) with a section per repetition.
+//! Self-contained: inline CSS, no scripts, nothing fetched from a network; the run's plots
+//! are its own SVGs under `plots/`, a run's plot over time is drawn into its page, the
+//! data are the cells' own files, linked.
 //!
 //! Pure functions of what the run stored (table.md's text through [`md_to_html`], the
 //! summary rows, each cell's meta.json and file list) plus one writer, [`write_site`].
@@ -8,18 +10,18 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde_json::Value;
-
 use super::aggregate::{self, Group};
 use super::format::rate_header;
 use super::record::{CellStatus, Meta, Status, SummaryRow};
 use super::report;
 use super::spec::{Cell, MatrixSpec};
+use super::svg;
 use crate::report::compressed::{self, Listing};
 
 const CSS: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:80em;padding:0 1em;color:#222}\
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .5em;vertical-align:top;text-align:left}\
-th{background:#f3f3f3}code{background:#f6f6f6;padding:0 .2em}img.plot{max-width:100%;border:1px solid #eee;margin:.5em 0}\
+th{background:#f3f3f3}code{background:#f6f6f6;padding:0 .2em}img.plot,.plot svg{max-width:100%;height:auto;border:1px solid #eee;margin:.5em 0}\
+section{border-top:1px solid #ccc;margin-top:1.5em}table.side td{overflow-wrap:anywhere}\
 nav a{margin-right:1em}.runs a{margin-right:.4em;font-size:90%}strong{color:#a00}\
 .status-ok{color:#060;font-weight:600}.status-failed,.status-not-run{color:#a00;font-weight:600}.status-interrupted{color:#a50;font-weight:600}\
 summary{cursor:pointer;color:#245}pre{background:#f6f6f6;padding:.5em;overflow:auto;max-height:30em}\
@@ -183,9 +185,83 @@ pub fn page(title: &str, nav: &str, body: &str) -> String {
     )
 }
 
-/// A cell page's address from the run directory.
-pub fn cell_href(cell: &str) -> String {
-    format!("cells/{cell}.html")
+/// Which runs' plots over time the configuration pages draw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CellPlots {
+    /// One per configuration: its [`representative`] run (what a committed run keeps).
+    #[default]
+    Representative,
+    /// Every run's (`sbm-matrix report --every-plot`).
+    Every,
+}
+
+/// Where each run's part of the report is: the page of its configuration and rate (a cell
+/// of the table), named after its first run without the repetition (`2mbit-default` for
+/// `2mbit-default-r1`), and there the section named after the run.
+pub struct Pages {
+    page_of_cell: std::collections::BTreeMap<String, String>,
+}
+
+impl Pages {
+    pub fn of(groups: &[Group<'_>]) -> Pages {
+        let mut page_of_cell = std::collections::BTreeMap::new();
+        for g in groups {
+            let page = page_name(g);
+            for r in &g.runs {
+                page_of_cell.insert(r.cell.clone(), page.clone());
+            }
+        }
+        Pages { page_of_cell }
+    }
+
+    /// A run's section, from the run directory (None: a cell of no group).
+    pub fn run_href(&self, cell: &str) -> Option<String> {
+        let page = self.page_of_cell.get(cell)?;
+        Some(format!("cells/{page}.html#{cell}"))
+    }
+}
+
+/// The page of a configuration and rate: its first run's name without `-rN`.
+fn page_name(g: &Group<'_>) -> String {
+    let first = g.runs[0];
+    let suffix = format!("-r{}", first.repetition);
+    first
+        .cell
+        .strip_suffix(&suffix)
+        .unwrap_or(&first.cell)
+        .to_string()
+}
+
+/// A configuration page's address from the run directory.
+fn page_href(g: &Group<'_>) -> String {
+    format!("cells/{}.html", page_name(g))
+}
+
+/// The run a configuration's page draws when it draws one: among the finished runs, the
+/// one whose median sojourn is the configuration's median (the lower middle of an even
+/// count), by goodput where no run has a sojourn figure; the first run when none finished.
+pub fn representative<'a>(g: &Group<'a>) -> &'a SummaryRow {
+    let ok = g.ok();
+    if ok.is_empty() {
+        return g.runs[0];
+    }
+    let headline = g.headline();
+    let mut ranked: Vec<(f64, &SummaryRow)> = ok
+        .iter()
+        .filter_map(|r| Some((headline.p50(r)? as f64, *r)))
+        .collect();
+    if ranked.is_empty() {
+        ranked = ok
+            .iter()
+            .filter_map(|r| Some((r.goodput_bps?, *r)))
+            .collect();
+    }
+    if ranked.is_empty() {
+        return ok[0];
+    }
+    // Stable: equal figures keep the order of repetition.
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+    ranked[(ranked.len() - 1) / 2].1
 }
 
 /// What the index says about the run as a whole, read from its cells' meta.json.
@@ -237,13 +313,12 @@ pub fn index_html(
         inline(spec.description.trim())
     );
     body.push_str(&answer_html(spec, &groups));
-    body.push_str(&main_table_html(spec, &groups));
+    body.push_str(&main_table_html(spec, &groups, &Pages::of(&groups)));
     body.push_str(&facts_html(facts, rows));
     // The plots before the notes: the notes' long tables would push them pages down.
-    let run_plots: Vec<&String> = plots.iter().filter(|p| !p.starts_with("cell-")).collect();
-    if !run_plots.is_empty() {
+    if !plots.is_empty() {
         body.push_str("<h2>Plots</h2>\n");
-        for p in run_plots {
+        for p in plots {
             let _ = writeln!(
                 body,
                 "<p><img class=\"plot\" src=\"plots/{0}\" alt=\"{0}\"></p>",
@@ -251,8 +326,8 @@ pub fn index_html(
             );
         }
     }
-    let known: Vec<&str> = rows.iter().map(|r| r.cell.as_str()).collect();
-    let link = |text: &str| known.contains(&text).then(|| cell_href(text));
+    let pages = Pages::of(&groups);
+    let link = |text: &str| pages.run_href(text);
     body.push_str(&md_to_html(&report::notes_md(spec, rows, &groups), &link));
     body.push_str("<h2>Files</h2>\n<ul>\n");
     for (file, what) in [
@@ -316,7 +391,7 @@ fn facts_html(f: &RunFacts, rows: &[SummaryRow]) -> String {
 
 /// The main table: rows = sender configurations, columns = rates, each figure the
 /// table.md text of its group, followed by a link to every run.
-fn main_table_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
+fn main_table_html(spec: &MatrixSpec, groups: &[Group<'_>], pages: &Pages) -> String {
     let mut out = String::from("<table>\n<tr><th>sender configuration</th>");
     for rate in &spec.axes.rate {
         let _ = write!(out, "<th>{}</th>", escape(&rate_header(rate)));
@@ -333,7 +408,7 @@ fn main_table_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
                         .map(|r| {
                             format!(
                                 "<a href=\"{}\" title=\"{}\">r{}</a>",
-                                escape(&cell_href(&r.cell)),
+                                escape(&pages.run_href(&r.cell).unwrap_or_default()),
                                 escape(&r.cell),
                                 r.repetition
                             )
@@ -404,7 +479,7 @@ fn answer_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
         let row_link = |g: &Group<'_>| {
             format!(
                 "<a href=\"{}\">{}</a>",
-                escape(&cell_href(&g.runs[0].cell)),
+                escape(&page_href(g)),
                 escape(&g.row)
             )
         };
@@ -447,17 +522,164 @@ fn answer_html(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
     )
 }
 
-/// One cell's page: what ran, its figures, its plots, its metadata and its files.
-pub fn cell_html(
-    cell: &Cell,
-    row: &SummaryRow,
-    meta: Option<&Meta>,
-    files: &Listing,
-    plot: Option<&str>,
-) -> String {
-    let mut body = format!("<h1>{}</h1>\n", escape(&cell.name));
+/// One run of a configuration as its page shows it: the cell, its summary row, its
+/// meta.json, its files and, when drawn, its plot over time (an SVG document).
+pub struct RunPart<'a> {
+    pub cell: &'a Cell,
+    pub row: &'a SummaryRow,
+    pub meta: Option<&'a Meta>,
+    pub files: &'a Listing,
+    pub plot: Option<&'a str>,
+}
+
+/// A configuration's page: the table's figure for it and a section per run — what ran,
+/// its plot over time (the representative run's, or every run's), its figures, how it ran
+/// and its files.
+pub fn group_html(g: &Group<'_>, runs: &[RunPart<'_>], plots: CellPlots) -> String {
+    let title = format!("{} at {}", g.row, rate_header(&g.rate));
+    let mut body = format!("<h1>{}</h1>\n", escape(&title));
     let _ = writeln!(
         body,
+        "<p>The table's figure ({}): {}</p>",
+        escape(&g.count()),
+        inline(&report::table_cell(g))
+    );
+    let links: Vec<String> = runs
+        .iter()
+        .map(|p| {
+            format!(
+                "<a href=\"#{0}\">{0}</a> <span class=\"status-{1}\">{2}</span>",
+                escape(&p.cell.name),
+                p.row.status.name().replace(' ', "-"),
+                escape(p.row.status.name())
+            )
+        })
+        .collect();
+    let _ = writeln!(body, "<p>Runs: {}</p>", links.join(", "));
+    if plots == CellPlots::Representative && runs.len() > 1 {
+        let shown = representative(g);
+        let _ = writeln!(
+            body,
+            "<p>Over time: the plot of <a href=\"#{0}\">{0}</a>, the run with the \
+             configuration's median sojourn (by goodput where there is none); \
+             <code>sbm-matrix report --every-plot</code> draws every run's.</p>",
+            escape(&shown.cell)
+        );
+    }
+    let names: Vec<&str> = runs.iter().map(|p| p.cell.name.as_str()).collect();
+    let figures: Vec<(String, Vec<String>)> = {
+        let columns: Vec<(Vec<String>, Vec<String>)> =
+            runs.iter().map(|p| csv_fields(p.row)).collect();
+        let header = columns.first().map(|c| c.0.clone()).unwrap_or_default();
+        header
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let values = columns
+                    .iter()
+                    .map(|c| c.1.get(i).cloned().unwrap_or_default())
+                    .collect();
+                (k.clone(), values)
+            })
+            .collect()
+    };
+    body.push_str("<h2>Figures (summary.csv's rows)</h2>\n");
+    body.push_str(&side_by_side(&names, &figures));
+    let how: Vec<(String, Vec<String>)> = {
+        let field = |f: &dyn Fn(&Meta) -> String| -> Vec<String> {
+            runs.iter()
+                .map(|p| p.meta.map(f).unwrap_or_default())
+                .collect()
+        };
+        let mut rows = vec![
+            (
+                "send_command".to_string(),
+                field(&|m| m.send_command.join(" ")),
+            ),
+            (
+                "sink_command".to_string(),
+                field(&|m| m.sink_command.join(" ")),
+            ),
+            (
+                "kernel_release".to_string(),
+                field(&|m| m.kernel_release.clone()),
+            ),
+            ("git_commit".to_string(), field(&|m| m.git_commit.clone())),
+            ("sbm_version".to_string(), field(&|m| m.sbm_version.clone())),
+        ];
+        let mut sysctls: Vec<&String> = runs
+            .iter()
+            .filter_map(|p| p.meta)
+            .flat_map(|m| m.sysctls.keys())
+            .collect();
+        sysctls.sort();
+        sysctls.dedup();
+        for k in sysctls {
+            rows.push((
+                k.clone(),
+                field(&|m| m.sysctls.get(k).cloned().unwrap_or_default()),
+            ));
+        }
+        rows
+    };
+    body.push_str(
+        "<details><summary>How they ran (meta.json: the commands, kernel, commit, sysctls)</summary>\n",
+    );
+    body.push_str(&side_by_side(&names, &how));
+    body.push_str(
+        "<p>The test bed before and after each run (<code>testbed_before</code>, \
+         <code>testbed_after</code>) and everything else a cell recorded are in its \
+         meta.json.</p>\n</details>\n",
+    );
+    for part in runs {
+        body.push_str(&run_section(part));
+    }
+    page(&title, "<a href=\"../index.html\">index</a>", &body)
+}
+
+/// A table of `rows` (a name, a value per run), a column per run: a value every run shares
+/// is written once across them; rows no run has a value for are named after the table.
+fn side_by_side(runs: &[&str], rows: &[(String, Vec<String>)]) -> String {
+    let mut out = String::from("<table class=\"side\">\n<tr><th></th>");
+    for r in runs {
+        let _ = write!(out, "<th><a href=\"#{0}\">{0}</a></th>", escape(r));
+    }
+    out.push_str("</tr>\n");
+    let mut empty = vec![];
+    for (name, values) in rows {
+        if values.iter().all(String::is_empty) {
+            empty.push(format!("<code>{}</code>", escape(name)));
+            continue;
+        }
+        let _ = write!(out, "<tr><th><code>{}</code></th>", escape(name));
+        if values.len() > 1 && values.iter().all(|v| v == &values[0]) {
+            let _ = write!(
+                out,
+                "<td colspan=\"{}\">{}</td>",
+                values.len(),
+                escape(&values[0])
+            );
+        } else {
+            for v in values {
+                let _ = write!(out, "<td>{}</td>", escape(v));
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+    if !empty.is_empty() {
+        let _ = writeln!(out, "<p>Not recorded: {}.</p>", empty.join(", "));
+    }
+    out
+}
+
+/// One run's section of its configuration's page: its status, its plot over time when
+/// drawn, its rate changes and its files.
+fn run_section(p: &RunPart<'_>) -> String {
+    let (cell, row) = (p.cell, p.row);
+    let mut out = format!("<section id=\"{0}\">\n<h2>{0}</h2>\n", escape(&cell.name));
+    let _ = writeln!(
+        out,
         "<p>{} at {}, {} writes, {}, {}{}, repetition {}: <span class=\"status-{}\">{}</span>{}</p>",
         escape(&row.config),
         escape(&rate_header(&row.rate)),
@@ -472,145 +694,138 @@ pub fn cell_html(
             .as_ref()
             .map_or(String::new(), |e| format!(" ({})", escape(e)))
     );
-    if let Some(p) = plot {
-        let _ = writeln!(
-            body,
-            "<h2>Over time</h2>\n<p><img class=\"plot\" src=\"../plots/{0}\" alt=\"{0}\"></p>",
-            escape(p)
-        );
+    if let Some(svg) = p.plot {
+        let _ = writeln!(out, "<div class=\"plot\">{}</div>", svg.trim_end());
     }
-    body.push_str("<h2>Figures (summary.csv's row)</h2>\n<table>\n");
-    if let Ok(Value::Object(map)) = serde_json::to_value(row) {
-        for (k, v) in map {
-            let shown = match v {
-                Value::Null => "—".to_string(),
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
-            let _ = writeln!(
-                body,
-                "<tr><th><code>{}</code></th><td>{}</td></tr>",
-                escape(&k),
-                escape(&shown)
-            );
-        }
-    }
-    body.push_str("</table>\n");
-    if let Some(m) = meta {
-        body.push_str(&meta_html(m));
-    } else {
-        body.push_str("<p>No meta.json: the cell did not start.</p>\n");
-    }
-    body.push_str("<h2>Files</h2>\n");
-    match files {
-        Listing::Dir(files) => {
-            body.push_str("<ul>\n");
-            for f in files {
-                let _ = writeln!(
-                    body,
-                    "<li><a href=\"../{0}/{1}\">{1}</a></li>",
-                    escape(&cell.name),
-                    escape(f)
-                );
-            }
-        }
-        Listing::Archive { archive, files } => {
-            let _ = writeln!(
-                body,
-                "<p>Packed in <a href=\"../{0}\">{0}</a> (<code>sbm-matrix unpack</code> \
-                 restores the directory), which holds:</p>\n<ul>",
-                escape(archive)
-            );
-            for f in files {
-                let _ = writeln!(body, "<li>{}</li>", escape(f));
-            }
-        }
-    }
-    body.push_str("</ul>\n");
-    page(&cell.name, "<a href=\"../index.html\">index</a>", &body)
-}
-
-/// meta.json's parts a reader looks for first — the commands, the kernel and its sysctls,
-/// the test bed before and after, the rate changes; the file itself is linked.
-fn meta_html(m: &Meta) -> String {
-    let mut out = String::from("<h2>How it ran (meta.json)</h2>\n<dl>\n");
-    for (key, text) in [
-        ("send_command", m.send_command.join(" ")),
-        ("sink_command", m.sink_command.join(" ")),
-        ("kernel_release", m.kernel_release.clone()),
-        ("git_commit", m.git_commit.clone()),
-        ("sbm_version", m.sbm_version.clone()),
-    ] {
-        let _ = writeln!(
-            out,
-            "<dt>{}</dt><dd><code>{}</code></dd>",
-            escape(key),
-            escape(&text)
-        );
-    }
-    out.push_str("</dl>\n");
-    out.push_str("<h3>sysctls</h3>\n<table>\n");
-    for (k, v) in &m.sysctls {
-        let _ = writeln!(
-            out,
-            "<tr><th><code>{}</code></th><td>{}</td></tr>",
-            escape(k),
-            escape(v)
-        );
-    }
-    out.push_str("</table>\n");
-    // The test bed's state is sbm-testbed's status document, shown as it was recorded;
-    // rate changes with their keys in order, as the file's reader sees them.
-    let rate_changes = (!m.rate_changes.is_empty())
-        .then(|| serde_json::to_value(&m.rate_changes).unwrap_or_default());
-    for (key, v) in [
-        ("testbed_before", Some(&m.testbed_before)),
-        ("testbed_after", Some(&m.testbed_after)),
-        ("rate_changes", rate_changes.as_ref()),
-    ] {
-        if let Some(v) = v.filter(|v| !v.is_null()) {
+    match p.meta {
+        Some(m) if !m.rate_changes.is_empty() => {
             let _ = writeln!(
                 out,
-                "<h3>{}</h3>\n<pre>{}</pre>",
-                escape(key),
-                escape(&serde_json::to_string_pretty(v).unwrap_or_default())
+                "<details><summary>Rate changes (meta.json)</summary>\n<pre>{}</pre></details>",
+                escape(&serde_json::to_string_pretty(&m.rate_changes).unwrap_or_default())
             );
         }
+        Some(_) => {}
+        None => out.push_str("<p>No meta.json: the cell did not start.</p>\n"),
     }
-    out.push_str("<p>Everything else the cell recorded is in its meta.json (linked below).</p>\n");
+    out.push_str(&files_html(&cell.name, p.files));
+    out.push_str("</section>\n");
     out
 }
 
-/// Writes index.html and cells/*.html into `run_dir` (after the plots: the pages show
-/// the SVGs that exist).
+/// summary.csv's header and a row's fields, as the CSV writer writes them.
+fn csv_fields(row: &SummaryRow) -> (Vec<String>, Vec<String>) {
+    let mut w = csv::Writer::from_writer(vec![]);
+    if w.serialize(row).is_err() {
+        return (vec![], vec![]);
+    }
+    let bytes = w.into_inner().unwrap_or_default();
+    let mut r = csv::Reader::from_reader(bytes.as_slice());
+    let names = r
+        .headers()
+        .map(|h| h.iter().map(str::to_string).collect())
+        .unwrap_or_default();
+    let values = r
+        .records()
+        .next()
+        .and_then(Result::ok)
+        .map(|v| v.iter().map(str::to_string).collect())
+        .unwrap_or_default();
+    (names, values)
+}
+
+/// The run's files: links into its directory, or its archive and what that holds.
+fn files_html(cell: &str, files: &Listing) -> String {
+    match files {
+        Listing::Dir(files) => {
+            let links: Vec<String> = files
+                .iter()
+                .map(|f| format!("<a href=\"../{0}/{1}\">{1}</a>", escape(cell), escape(f)))
+                .collect();
+            format!("<p>Files: {}</p>\n", links.join(", "))
+        }
+        Listing::Archive { archive, files } => {
+            let names: Vec<String> = files.iter().map(|f| escape(f)).collect();
+            format!(
+                "<p>Files, packed in <a href=\"../{0}\">{0}</a> (<code>sbm-matrix unpack</code> \
+                 restores the directory): {1}</p>\n",
+                escape(archive),
+                names.join(", ")
+            )
+        }
+    }
+}
+
+/// Writes index.html and a page per configuration under cells/ into `run_dir` (after the
+/// run's plots: the index shows the SVGs that exist), and removes the pages an earlier
+/// report wrote that this one does not.
 pub fn write_site(
     run_dir: &Path,
     spec: &MatrixSpec,
     cells: &[Cell],
     rows: &[SummaryRow],
+    plots: CellPlots,
 ) -> Result<(), String> {
-    let plots = compressed::files_in(&run_dir.join("plots"));
-    let pages = run_dir.join("cells");
-    std::fs::create_dir_all(&pages).map_err(|e| format!("{}: {e}", pages.display()))?;
+    let run_plots: Vec<String> = compressed::files_in(&run_dir.join("plots"))
+        .into_iter()
+        .filter(|p| p.ends_with(".svg"))
+        .collect();
+    let dir_of_pages = run_dir.join("cells");
+    std::fs::create_dir_all(&dir_of_pages)
+        .map_err(|e| format!("{}: {e}", dir_of_pages.display()))?;
     let mut metas = Vec::with_capacity(cells.len());
     let mut statuses = Vec::with_capacity(cells.len());
-    for (cell, row) in cells.iter().zip(rows) {
+    for cell in cells {
         let dir = run_dir.join(&cell.name);
-        let meta = Meta::read(&dir);
+        metas.push(Meta::read(&dir));
         statuses.push(CellStatus::read(&dir));
-        let plot = format!("cell-{}.svg", cell.name);
-        let html = cell_html(
-            cell,
-            row,
-            meta.as_ref(),
-            &compressed::list_cell(&dir),
-            plots.contains(&plot).then_some(plot.as_str()),
-        );
-        let path = pages.join(format!("{}.html", cell.name));
-        std::fs::write(&path, html).map_err(|e| format!("{}: {e}", path.display()))?;
-        metas.push(meta);
     }
-    let index = index_html(spec, rows, &RunFacts::of(&metas, &statuses), &plots);
+    let groups = aggregate::groups(spec, rows);
+    let mut written = std::collections::BTreeSet::new();
+    for g in &groups {
+        let shown = representative(g);
+        let mut listings = vec![];
+        let mut svgs = vec![];
+        let mut at = vec![];
+        for r in &g.runs {
+            let i = rows
+                .iter()
+                .position(|x| std::ptr::eq(x, *r))
+                .ok_or_else(|| format!("{}: a run of no cell", r.cell))?;
+            at.push(i);
+            listings.push(compressed::list_cell(&run_dir.join(&cells[i].name)));
+            let drawn = plots == CellPlots::Every || std::ptr::eq(*r, shown);
+            let charts = if drawn {
+                report::cell_charts(run_dir, &cells[i])
+            } else {
+                vec![]
+            };
+            svgs.push((!charts.is_empty()).then(|| svg::render(&charts)));
+        }
+        let parts: Vec<RunPart<'_>> = at
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| RunPart {
+                cell: &cells[i],
+                row: &rows[i],
+                meta: metas[i].as_ref(),
+                files: &listings[k],
+                plot: svgs[k].as_deref(),
+            })
+            .collect();
+        let name = format!("{}.html", page_name(g));
+        let path = dir_of_pages.join(&name);
+        std::fs::write(&path, group_html(g, &parts, plots))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        written.insert(name);
+    }
+    for old in compressed::files_in(&dir_of_pages) {
+        if old.ends_with(".html") && !written.contains(&old) {
+            let path = dir_of_pages.join(&old);
+            std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    let index = index_html(spec, rows, &RunFacts::of(&metas, &statuses), &run_plots);
     let path = run_dir.join("index.html");
     std::fs::write(&path, index).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -659,5 +874,91 @@ mod tests {
         assert_eq!(inline("a ** b"), "a <strong> b</strong>");
         assert_eq!(inline("5 * 3 `x"), "5 * 3 `x");
         assert_eq!(escape("\"<&>'"), "&quot;&lt;&amp;&gt;&#39;");
+    }
+
+    fn rep(label: &str, r: u32, p50: Option<u64>, gp: f64) -> SummaryRow {
+        let mut row = super::report::tests::row(label, "2mbit", p50.unwrap_or(0), 0, gp);
+        row.cell = format!("2mbit-{label}-r{r}");
+        row.repetition = r;
+        row.sojourn_p50_us = p50;
+        row
+    }
+
+    #[test]
+    fn the_representative_run_is_the_median_sojourn_then_the_median_goodput() {
+        let rows = [
+            rep("a", 1, Some(300), 1.0),
+            rep("a", 2, Some(100), 2.0),
+            rep("a", 3, Some(200), 3.0),
+            rep("a", 4, Some(400), 4.0),
+        ];
+        let g = Group {
+            row: "a".into(),
+            rate: "2mbit".into(),
+            config: "a".into(),
+            runs: rows.iter().collect(),
+        };
+        // 100, 200, 300, 400: the lower middle.
+        assert_eq!(representative(&g).cell, "2mbit-a-r3");
+        let light: Vec<SummaryRow> = [(1, 5.0), (2, 9.0), (3, 7.0)]
+            .into_iter()
+            .map(|(r, gp)| rep("b", r, None, gp))
+            .collect();
+        let g = Group {
+            row: "b".into(),
+            rate: "2mbit".into(),
+            config: "b".into(),
+            runs: light.iter().collect(),
+        };
+        assert_eq!(representative(&g).cell, "2mbit-b-r3");
+        // A run that did not finish is not drawn in place of one that did.
+        let mut failed = rep("c", 1, Some(1), 1.0);
+        failed.status = Status::Failed;
+        let rows = [failed, rep("c", 2, Some(50), 1.0)];
+        let g = Group {
+            row: "c".into(),
+            rate: "2mbit".into(),
+            config: "c".into(),
+            runs: rows.iter().collect(),
+        };
+        assert_eq!(representative(&g).cell, "2mbit-c-r2");
+    }
+
+    #[test]
+    fn runs_link_to_their_section_of_their_configuration_page() {
+        let rows = [rep("a", 1, Some(1), 1.0), rep("a", 2, Some(1), 1.0)];
+        let g = Group {
+            row: "a".into(),
+            rate: "2mbit".into(),
+            config: "a".into(),
+            runs: rows.iter().collect(),
+        };
+        let pages = Pages::of(std::slice::from_ref(&g));
+        assert_eq!(
+            pages.run_href("2mbit-a-r2").as_deref(),
+            Some("cells/2mbit-a.html#2mbit-a-r2")
+        );
+        assert_eq!(page_href(&g), "cells/2mbit-a.html");
+        assert_eq!(pages.run_href("2mbit-b-r1"), None);
+    }
+
+    #[test]
+    fn side_by_side_writes_a_shared_value_once_and_names_the_empty_rows() {
+        let rows = vec![
+            (
+                "rate".to_string(),
+                vec!["2mbit".to_string(), "2mbit".to_string()],
+            ),
+            (
+                "writes".to_string(),
+                vec!["10".to_string(), "12".to_string()],
+            ),
+            ("error".to_string(), vec![String::new(), String::new()]),
+        ];
+        let t = side_by_side(&["x-r1", "x-r2"], &rows);
+        assert!(t.contains("<td colspan=\"2\">2mbit</td>"), "{t}");
+        assert!(t.contains("<td>10</td><td>12</td>"), "{t}");
+        assert!(t.contains("Not recorded: <code>error</code>."), "{t}");
+        assert!(!t.contains("<th><code>error</code>"), "{t}");
     }
 }

@@ -34,7 +34,7 @@ use clap::{Parser, Subcommand};
     name = "sbm-matrix",
     version,
     about = "Run a test matrix on the emulated path; build summary.csv, table.md and plots",
-    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n  scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2\n  scripts/matrix pack results/paper-20261129T193000Z     # one archive per cell, before committing\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
+    after_help = "Examples:\n  scripts/matrix run quick                      # CI-sized: 2 Mb/s, three configurations\n  scripts/matrix run paper --dry-run            # list the cells and the wall time\n  scripts/matrix run paper --only 2mbit         # one column\n  scripts/matrix run paper --out results/p1 --resume   # finish an interrupted run\n  scripts/matrix report results/paper-20261129T193000Z\n  scripts/matrix report results/p1 --every-plot  # every run's plot over time, not one per configuration\n  scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2\n  scripts/matrix pack results/paper-20261129T193000Z     # one archive per cell, before committing\n\nA MATRIX is a TOML file or a preset name from scripts/matrices (see example.toml there)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -63,8 +63,15 @@ pub enum Cmd {
         #[arg(long, value_parser = crate::testbed::parse_prefix)]
         prefix: Option<String>,
     },
-    /// Rebuild summary.csv, table.md and plots of a run directory from its stored results.
-    Report { dir: PathBuf },
+    /// Rebuild summary.csv, aggregates.csv, table.md, the plots and the HTML pages of a run
+    /// directory from its stored results.
+    Report {
+        dir: PathBuf,
+        /// Draw every run's plot over time on the configuration pages (by default each
+        /// configuration's representative run: its median sojourn).
+        #[arg(long)]
+        every_plot: bool,
+    },
     /// Compare runs: their cells side by side, matched by what each cell does, every figure
     /// with its spread, marked where two runs' ranges are apart. The first run is the
     /// baseline.
@@ -147,8 +154,13 @@ fn main_inner(cli: Cli) -> Result<i32, run::MatrixError> {
             };
             run::run(&opts)
         }
-        Cmd::Report { dir } => {
-            let table = run::rebuild_report(&dir)?;
+        Cmd::Report { dir, every_plot } => {
+            let plots = if every_plot {
+                html::CellPlots::Every
+            } else {
+                html::CellPlots::Representative
+            };
+            let table = run::rebuild_report(&dir, plots)?;
             crate::say!("{table}");
             Ok(0)
         }

@@ -630,224 +630,12 @@ pub(super) fn write_plots(
         }
         write_if_drawn(&format!("cdf-{}.svg", rate.to_ascii_lowercase()), chart)?;
     }
-    // Per cell, over time: what a reader needs to understand the cell.
-    for c in cells {
-        let dir = per_write_dir(&run_dir.join(&c.name));
-        let traced = dir != run_dir.join(&c.name);
-        let writes = WriteSeries::read(&dir);
-        let a = Chart {
-            title: format!("{}: sojourn per write, both estimators", c.name),
-            x_label: "time since first write (s)".into(),
-            y_label: "sojourn (ms)".into(),
-            series: vec![
-                Series {
-                    // sbm-trace writes its exact departure where sbm-send writes the
-                    // sampler's bracket.
-                    name: if traced {
-                        "exact departure (sbm-trace)"
-                    } else {
-                        "snd_nxt sampler"
-                    }
-                    .into(),
-                    points: thin(writes.sampled, 1200),
-                    style: Style::Points,
-                },
-                Series {
-                    name: "TX_SCHED, the write's own report".into(),
-                    points: thin(writes.sched, 1200),
-                    style: Style::Points,
-                },
-                Series {
-                    // A later write's report: when the write had left at the latest, not
-                    // when it left (a reader must not quote these as measurements).
-                    name: "TX_SCHED of a later write: an upper bound".into(),
-                    points: thin(writes.sched_bound, 1200),
-                    style: Style::Points,
-                },
-            ],
-            markers: writes
-                .warmup_end_s
-                .map(|t| vec![(t, "warm-up ends".to_string())])
-                .unwrap_or_default(),
-            ..Default::default()
-        };
-        let b = Chart {
-            title: format!("{}: unsent bytes and the readiness threshold", c.name),
-            x_label: "time since connect (s)".into(),
-            y_label: "kB".into(),
-            series: [
-                ("notsent", "notsent_bytes"),
-                ("threshold", "threshold_bytes"),
-                ("NOTSENT_LOWAT", "lowat_bytes"),
-            ]
-            .into_iter()
-            .map(|(name, column)| Series {
-                name: name.into(),
-                points: interval_series(&dir, column, 1e-3),
-                style: Style::Line,
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect(),
-            ..Default::default()
-        };
-        let w = Chart {
-            title: format!("{}: writes per round trip", c.name),
-            x_label: "time since connect (s)".into(),
-            y_label: "writes × sRTT ÷ interval".into(),
-            series: vec![Series {
-                name: "writes/RTT".into(),
-                points: interval_series(&dir, "writes_per_rtt", 1.0),
-                style: Style::Line,
-            }],
-            ..Default::default()
-        };
-        let inv = Chart {
-            title: format!("{}: invitations by reason", c.name),
-            x_label: "time since first write (s)".into(),
-            y_label: "writes per second".into(),
-            series: writes
-                .invitations
-                .into_iter()
-                .map(|(name, points)| Series {
-                    name,
-                    points,
-                    style: Style::Line,
-                })
-                .collect(),
-            ..Default::default()
-        };
-        let cwnd = Chart {
-            title: format!("{}: congestion window", c.name),
-            x_label: "time since connect (s)".into(),
-            y_label: "cwnd (segments)".into(),
-            series: vec![Series {
-                name: "cwnd".into(),
-                points: interval_series(&dir, "cwnd", 1.0),
-                style: Style::Line,
-            }],
-            ..Default::default()
-        };
-        let rates = Chart {
-            title: format!("{}: delivery rate and goodput", c.name),
-            x_label: "time since connect (s)".into(),
-            y_label: "Mb/s".into(),
-            series: [
-                ("delivery rate", "delivery_rate_bps"),
-                ("goodput", "goodput_bps"),
-            ]
-            .into_iter()
-            .map(|(name, column)| Series {
-                name: name.into(),
-                points: interval_series(&dir, column, 1e-6),
-                style: Style::Line,
-            })
-            .collect(),
-            ..Default::default()
-        };
-        let markers = rate_change_markers(&dir);
-        let mut charts: Vec<Chart> = [a, b, w, inv, cwnd, rates]
-            .into_iter()
-            .filter(|ch| ch.series.iter().any(|s| !s.points.is_empty()))
-            .collect();
-        // The readiness threshold against what the rule believes the drain rate is (how
-        // each rule tracks rate changes and slow start), where a rule set them.
-        let threshold = interval_series(&dir, "threshold_bytes", 1e-3);
-        if !threshold.is_empty() {
-            charts.push(Chart {
-                title: format!("{}: readiness threshold and drain rate", c.name),
-                x_label: "time since connect (s)".into(),
-                y_label: "threshold (kB) / rate (Mb/s)".into(),
-                series: vec![
-                    Series {
-                        name: "threshold (kB)".into(),
-                        points: threshold,
-                        style: Style::Line,
-                    },
-                    Series {
-                        name: "drain rate (Mb/s)".into(),
-                        points: interval_series(&dir, "drain_rate_bps", 1e-6),
-                        style: Style::Line,
-                    },
-                    Series {
-                        name: "delivery rate (Mb/s)".into(),
-                        points: interval_series(&dir, "delivery_rate_bps", 1e-6),
-                        style: Style::Line,
-                    },
-                ],
-                ..Default::default()
-            });
+    // Plots of one cell are drawn into its configuration's page (html.rs), not written
+    // here; files an older report wrote per cell go.
+    for name in compressed::files_in(&plots) {
+        if name.starts_with("cell-") && name.ends_with(".svg") {
+            std::fs::remove_file(plots.join(&name)).map_err(|e| format!("{name}: {e}"))?;
         }
-        // Application-limited sources: the content's age per interval.
-        let age = content_age_series(&dir);
-        if !age.is_empty() {
-            charts.push(Chart {
-                title: format!("{}: content age at the sink per interval", c.name),
-                x_label: "content time since connect (s)".into(),
-                y_label: "age (ms)".into(),
-                series: age,
-                ..Default::default()
-            });
-        }
-        for ch in &mut charts {
-            if ch.x_label.starts_with("time since") || ch.x_label.starts_with("content time") {
-                ch.markers.extend(markers.iter().cloned());
-            }
-        }
-        // BBR's own view of the path, when the cell ran BBR.
-        let bbr_bw = interval_series(&dir, "bbr_bw_bps", 1e-6);
-        if !bbr_bw.is_empty() {
-            charts.push(Chart {
-                title: format!("{}: BBR's state per interval (TCP_CC_INFO)", c.name),
-                x_label: "time since connect (s)".into(),
-                y_label: "Mb/s".into(),
-                series: vec![
-                    Series {
-                        name: "BBR bandwidth estimate".into(),
-                        points: bbr_bw,
-                        style: Style::Line,
-                    },
-                    Series {
-                        name: "goodput".into(),
-                        points: interval_series(&dir, "goodput_bps", 1e-6),
-                        style: Style::Line,
-                    },
-                    Series {
-                        name: "pacing rate".into(),
-                        points: interval_series(&dir, "pacing_rate_bps", 1e-6),
-                        style: Style::Line,
-                    },
-                ],
-                ..Default::default()
-            });
-        }
-        // A cell of several flows (-P): each flow's goodput over time, from its own
-        // intervals.csv (the cell's directory has none of its own).
-        let flows: Vec<Series> = (1..)
-            .map(|k| (k, run_dir.join(&c.name).join(format!("flow-{k}"))))
-            .take_while(|(_, d)| compressed::is_dir(d))
-            .map(|(k, d)| Series {
-                name: format!("flow {k}"),
-                points: interval_series(&d, "goodput_bps", 1e-6),
-                style: Style::Line,
-            })
-            .collect();
-        if flows.iter().any(|s| !s.points.is_empty()) {
-            charts.push(Chart {
-                title: format!("{}: goodput per flow", c.name),
-                x_label: "time since connect (s)".into(),
-                y_label: "goodput (Mb/s)".into(),
-                series: flows,
-                ..Default::default()
-            });
-        }
-        let name = format!("cell-{}.svg", c.name);
-        if charts.is_empty() {
-            // Not run yet (or nothing recorded): no picture, and none left from an earlier
-            // report; the cell's page says what the directory holds.
-            let _ = std::fs::remove_file(plots.join(&name));
-            continue;
-        }
-        write(&name, &charts)?;
     }
     let period = &spec.uml.cpu_period;
     if !spec.axes.cpu_quota.is_empty() {
@@ -907,6 +695,222 @@ pub(super) fn write_plots(
         chart.y_label = "goodput (Mb/s, log)".into();
     }
     write_if_drawn("goodput-vs-sojourn.svg", chart)
+}
+
+/// One cell over time, what a reader needs to understand it: the sojourn of every write by
+/// both estimators, unsent bytes against the threshold, writes per RTT, invitations, cwnd,
+/// rates and, where recorded, content age, BBR's state and each flow's goodput. Empty when
+/// the cell recorded nothing to draw (not run yet).
+pub(super) fn cell_charts(run_dir: &Path, c: &Cell) -> Vec<Chart> {
+    let dir = per_write_dir(&run_dir.join(&c.name));
+    let traced = dir != run_dir.join(&c.name);
+    let writes = WriteSeries::read(&dir);
+    let a = Chart {
+        title: format!("{}: sojourn per write, both estimators", c.name),
+        x_label: "time since first write (s)".into(),
+        y_label: "sojourn (ms)".into(),
+        series: vec![
+            Series {
+                // sbm-trace writes its exact departure where sbm-send writes the
+                // sampler's bracket.
+                name: if traced {
+                    "exact departure (sbm-trace)"
+                } else {
+                    "snd_nxt sampler"
+                }
+                .into(),
+                points: thin(writes.sampled, 1200),
+                style: Style::Points,
+            },
+            Series {
+                name: "TX_SCHED, the write's own report".into(),
+                points: thin(writes.sched, 1200),
+                style: Style::Points,
+            },
+            Series {
+                // A later write's report: when the write had left at the latest, not
+                // when it left (a reader must not quote these as measurements).
+                name: "TX_SCHED of a later write: an upper bound".into(),
+                points: thin(writes.sched_bound, 1200),
+                style: Style::Points,
+            },
+        ],
+        markers: writes
+            .warmup_end_s
+            .map(|t| vec![(t, "warm-up ends".to_string())])
+            .unwrap_or_default(),
+        ..Default::default()
+    };
+    let b = Chart {
+        title: format!("{}: unsent bytes and the readiness threshold", c.name),
+        x_label: "time since connect (s)".into(),
+        y_label: "kB".into(),
+        series: [
+            ("notsent", "notsent_bytes"),
+            ("threshold", "threshold_bytes"),
+            ("NOTSENT_LOWAT", "lowat_bytes"),
+        ]
+        .into_iter()
+        .map(|(name, column)| Series {
+            name: name.into(),
+            points: interval_series(&dir, column, 1e-3),
+            style: Style::Line,
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect(),
+        ..Default::default()
+    };
+    let w = Chart {
+        title: format!("{}: writes per round trip", c.name),
+        x_label: "time since connect (s)".into(),
+        y_label: "writes × sRTT ÷ interval".into(),
+        series: vec![Series {
+            name: "writes/RTT".into(),
+            points: interval_series(&dir, "writes_per_rtt", 1.0),
+            style: Style::Line,
+        }],
+        ..Default::default()
+    };
+    let inv = Chart {
+        title: format!("{}: invitations by reason", c.name),
+        x_label: "time since first write (s)".into(),
+        y_label: "writes per second".into(),
+        series: writes
+            .invitations
+            .into_iter()
+            .map(|(name, points)| Series {
+                name,
+                points,
+                style: Style::Line,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let cwnd = Chart {
+        title: format!("{}: congestion window", c.name),
+        x_label: "time since connect (s)".into(),
+        y_label: "cwnd (segments)".into(),
+        series: vec![Series {
+            name: "cwnd".into(),
+            points: interval_series(&dir, "cwnd", 1.0),
+            style: Style::Line,
+        }],
+        ..Default::default()
+    };
+    let rates = Chart {
+        title: format!("{}: delivery rate and goodput", c.name),
+        x_label: "time since connect (s)".into(),
+        y_label: "Mb/s".into(),
+        series: [
+            ("delivery rate", "delivery_rate_bps"),
+            ("goodput", "goodput_bps"),
+        ]
+        .into_iter()
+        .map(|(name, column)| Series {
+            name: name.into(),
+            points: interval_series(&dir, column, 1e-6),
+            style: Style::Line,
+        })
+        .collect(),
+        ..Default::default()
+    };
+    let markers = rate_change_markers(&dir);
+    let mut charts: Vec<Chart> = [a, b, w, inv, cwnd, rates]
+        .into_iter()
+        .filter(|ch| ch.series.iter().any(|s| !s.points.is_empty()))
+        .collect();
+    // The readiness threshold against what the rule believes the drain rate is (how
+    // each rule tracks rate changes and slow start), where a rule set them.
+    let threshold = interval_series(&dir, "threshold_bytes", 1e-3);
+    if !threshold.is_empty() {
+        charts.push(Chart {
+            title: format!("{}: readiness threshold and drain rate", c.name),
+            x_label: "time since connect (s)".into(),
+            y_label: "threshold (kB) / rate (Mb/s)".into(),
+            series: vec![
+                Series {
+                    name: "threshold (kB)".into(),
+                    points: threshold,
+                    style: Style::Line,
+                },
+                Series {
+                    name: "drain rate (Mb/s)".into(),
+                    points: interval_series(&dir, "drain_rate_bps", 1e-6),
+                    style: Style::Line,
+                },
+                Series {
+                    name: "delivery rate (Mb/s)".into(),
+                    points: interval_series(&dir, "delivery_rate_bps", 1e-6),
+                    style: Style::Line,
+                },
+            ],
+            ..Default::default()
+        });
+    }
+    // Application-limited sources: the content's age per interval.
+    let age = content_age_series(&dir);
+    if !age.is_empty() {
+        charts.push(Chart {
+            title: format!("{}: content age at the sink per interval", c.name),
+            x_label: "content time since connect (s)".into(),
+            y_label: "age (ms)".into(),
+            series: age,
+            ..Default::default()
+        });
+    }
+    for ch in &mut charts {
+        if ch.x_label.starts_with("time since") || ch.x_label.starts_with("content time") {
+            ch.markers.extend(markers.iter().cloned());
+        }
+    }
+    // BBR's own view of the path, when the cell ran BBR.
+    let bbr_bw = interval_series(&dir, "bbr_bw_bps", 1e-6);
+    if !bbr_bw.is_empty() {
+        charts.push(Chart {
+            title: format!("{}: BBR's state per interval (TCP_CC_INFO)", c.name),
+            x_label: "time since connect (s)".into(),
+            y_label: "Mb/s".into(),
+            series: vec![
+                Series {
+                    name: "BBR bandwidth estimate".into(),
+                    points: bbr_bw,
+                    style: Style::Line,
+                },
+                Series {
+                    name: "goodput".into(),
+                    points: interval_series(&dir, "goodput_bps", 1e-6),
+                    style: Style::Line,
+                },
+                Series {
+                    name: "pacing rate".into(),
+                    points: interval_series(&dir, "pacing_rate_bps", 1e-6),
+                    style: Style::Line,
+                },
+            ],
+            ..Default::default()
+        });
+    }
+    // A cell of several flows (-P): each flow's goodput over time, from its own
+    // intervals.csv (the cell's directory has none of its own).
+    let flows: Vec<Series> = (1..)
+        .map(|k| (k, run_dir.join(&c.name).join(format!("flow-{k}"))))
+        .take_while(|(_, d)| compressed::is_dir(d))
+        .map(|(k, d)| Series {
+            name: format!("flow {k}"),
+            points: interval_series(&d, "goodput_bps", 1e-6),
+            style: Style::Line,
+        })
+        .collect();
+    if flows.iter().any(|s| !s.points.is_empty()) {
+        charts.push(Chart {
+            title: format!("{}: goodput per flow", c.name),
+            x_label: "time since connect (s)".into(),
+            y_label: "goodput (Mb/s)".into(),
+            series: flows,
+            ..Default::default()
+        });
+    }
+    charts
 }
 
 /// A cell's rate changes as plot markers: seconds since the sender connected (summary.json
@@ -1126,10 +1130,16 @@ fn cpu_share_charts(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn row(label: &str, rate: &str, p50: u64, p95: u64, gp: f64) -> SummaryRow {
+    pub(in crate::matrix) fn row(
+        label: &str,
+        rate: &str,
+        p50: u64,
+        p95: u64,
+        gp: f64,
+    ) -> SummaryRow {
         SummaryRow {
             cell: format!("{rate}-{label}"),
             rate: rate.into(),

@@ -12,6 +12,7 @@ use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::signal::Signal;
 
 use super::argv::{emulated_sink, send_args, send_flows};
+use super::html::CellPlots;
 use super::process::{
     bin_dir, fmt_dur, last_error_line, now_unix_s, spawn_logged, stop_child, testbed_status,
     utc_stamp, wait_child, NsSysctls, Waited,
@@ -644,7 +645,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
     } else {
         run_emulated(&spec, &todo, &run_dir, &signals, opts.prefix.clone(), total)?
     };
-    let table = super::export::write_all(&run_dir, &spec, &all).map_err(MatrixError::Report)?;
+    let table = super::export::write_all(&run_dir, &spec, &all, CellPlots::default())
+        .map_err(MatrixError::Report)?;
     crate::say!("\n{table}");
     crate::say!(
         "results: {}/ (summary.csv, table.md, plots/, one directory per cell)",
@@ -661,10 +663,10 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
 }
 
 /// `sbm-matrix report DIR`.
-pub fn rebuild_report(dir: &Path) -> Result<String, MatrixError> {
+pub fn rebuild_report(dir: &Path, plots: CellPlots) -> Result<String, MatrixError> {
     let (spec, _) = load(&dir.join("matrix.toml"))?;
     let cells = spec.cells().map_err(MatrixError::Cells)?;
-    super::export::write_all(dir, &spec, &cells).map_err(MatrixError::Report)
+    super::export::write_all(dir, &spec, &cells, plots).map_err(MatrixError::Report)
 }
 
 #[cfg(test)]
