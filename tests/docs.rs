@@ -239,7 +239,7 @@ fn the_readme_loopback_run_prints_what_the_readme_shows() {
 fn the_compare_sample_in_the_matrix_doc_is_current() {
     let doc = read("docs/matrix.md");
     let command =
-        "$ scripts/matrix compare results/kernel-vs-emulation results/kernel-vs-emulation-v2";
+        "$ scripts/matrix compare results/python-vs-sbm-send results/python-vs-sbm-send-reader";
     let (_, sample) = code_blocks(&doc)
         .into_iter()
         .find(|(_, body)| body.first().map(String::as_str) == Some(command))
@@ -247,8 +247,8 @@ fn the_compare_sample_in_the_matrix_doc_is_current() {
     let mut cmd = std::process::Command::new(bin("sbm-matrix"));
     cmd.current_dir(repo()).args([
         "compare",
-        "results/kernel-vs-emulation",
-        "results/kernel-vs-emulation-v2",
+        "results/python-vs-sbm-send",
+        "results/python-vs-sbm-send-reader",
     ]);
     let res = output_within(cmd, Duration::from_secs(60));
     assert_eq!(res.code(), Some(0), "{}", res.stderr);
