@@ -288,10 +288,12 @@ fn committed_paper_table_rebuilds_identically() {
     );
     for rate in ["100kbit", "2mbit", "86mbit"] {
         let svg = std::fs::read_to_string(copy.join(format!("plots/cdf-{rate}.svg"))).unwrap();
-        // Cells are named CONFIG-rN, one per repetition; the CDF pools a configuration's.
+        // Cells are named CONFIG-rN, one per repetition (CONFIG-rN.tar.xz when packed); the
+        // CDF pools a configuration's.
         let mut configs: Vec<String> = std::fs::read_dir(&committed)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .map(|name| name.trim_end_matches(".tar.xz").to_string())
             .filter(|name| name.starts_with(&format!("{rate}-")))
             .map(|name| match name.rsplit_once("-r") {
                 Some((config, rep)) if rep.bytes().all(|b| b.is_ascii_digit()) => {
