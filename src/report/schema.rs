@@ -145,7 +145,8 @@ impl crate::report::csv_row::CsvRow for WriteRow {
 }
 
 /// intervals.csv (sender): one row per reporting interval.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct IntervalRow {
     pub start_s: f64,
     pub end_s: f64,
@@ -184,7 +185,7 @@ pub struct IntervalRow {
     pub threshold_bytes: Option<u64>,
     /// The emulation's drain-rate estimate, bit/s, and where it came from.
     pub drain_rate_bps: Option<f64>,
-    pub rate_source: &'static str,
+    pub rate_source: Cow<'static, str>,
     /// TCP_NOTSENT_LOWAT as set on the socket at the interval's end.
     pub lowat_bytes: Option<u32>,
     /// BBR's state at the interval's end (TCP_CC_INFO; empty for other algorithms):
@@ -196,7 +197,7 @@ pub struct IntervalRow {
     /// BBR's mode read from those gains (STARTUP, DRAIN, PROBE_BW, PROBE_RTT; empty for other
     /// algorithms), its BDP estimate (bandwidth × min_rtt: its in-flight target at unit
     /// gain) and the bytes actually in flight (tcpi_unacked × MSS) at the interval's end.
-    pub bbr_mode: &'static str,
+    pub bbr_mode: Cow<'static, str>,
     pub bbr_bdp_bytes: Option<u64>,
     pub inflight_bytes: u64,
 }
@@ -574,7 +575,10 @@ pub struct SinkReply {
     /// Age of the content when its message's last byte was read (read − content time).
     pub content_age: Percentiles,
     pub negative_latencies: u64,
-    /// (sequence, read time ns) of each message, for the sender's estimator comparison.
+    /// (sequence, read time ns) of each message, for the sender's estimator comparison
+    /// (left out where there are none: the sender stores the reply without them, as
+    /// sink-summary.json, after writing them to messages.csv).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub read_times: Vec<(u64, u64)>,
     pub read_times_truncated: bool,
     /// Whether the sink asked for an immediate ACK after each read (sbm-sink --ack); None

@@ -42,7 +42,7 @@ where
         // As iperf3: a failure is also said in the JSON a script is reading.
         if let Err(f) = &result {
             if json {
-                crate::cli::print_json_document(&serde_json::json!({ "error": f.message }));
+                crate::cli::print_json_document(&ErrorDocument { error: &f.message });
             } else if json_stream {
                 crate::cli::print_json_event("error", None, &f.message);
             }
@@ -80,18 +80,31 @@ fn run_from_args(args: cli::SendArgs) -> Result<i32, crate::cli::Failure> {
 
 /// `-J`'s document: summary.json's fields and, as iperf3's `-J` has them, `intervals`:
 /// every interval row (intervals.csv's).
-pub(crate) fn json_document(
-    summary: &crate::report::schema::SendSummary,
-    intervals: &[impl serde::Serialize],
-) -> serde_json::Value {
-    let mut doc = serde_json::to_value(summary).expect("the schema serializes");
-    if let Some(o) = doc.as_object_mut() {
-        o.insert(
-            "intervals".into(),
-            serde_json::to_value(intervals).expect("the rows serialize"),
-        );
-    }
-    doc
+#[derive(serde::Serialize)]
+pub(crate) struct JsonDocument<'a> {
+    #[serde(flatten)]
+    summary: &'a crate::report::schema::SendSummary,
+    intervals: &'a [crate::report::schema::IntervalRow],
+}
+
+/// `-J`'s document of a run that failed, as iperf3's: `{"error": "…"}`.
+#[derive(serde::Serialize)]
+struct ErrorDocument<'a> {
+    error: &'a str,
+}
+
+/// `--bidir -J`'s document: each direction's `-J` document.
+#[derive(serde::Serialize)]
+pub(crate) struct BidirDocument<'a> {
+    pub tx: JsonDocument<'a>,
+    pub rx: JsonDocument<'a>,
+}
+
+pub(crate) fn json_document<'a>(
+    summary: &'a crate::report::schema::SendSummary,
+    intervals: &'a [crate::report::schema::IntervalRow],
+) -> JsonDocument<'a> {
+    JsonDocument { summary, intervals }
 }
 
 /// `-R`: the sink sends; this side receives and prints the sender's summary. `--bidir`:

@@ -83,7 +83,7 @@ impl Outputs {
     }
 
     /// Writes a JSON document into the output directory.
-    pub fn write_json(&self, name: &str, v: &serde_json::Value) -> Result<(), OutputError> {
+    pub fn write_json(&self, name: &str, v: &impl serde::Serialize) -> Result<(), OutputError> {
         let Some(dir) = &self.dir else { return Ok(()) };
         let path = dir.join(name);
         let text = serde_json::to_string_pretty(v).expect("json serializes");

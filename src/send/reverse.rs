@@ -41,7 +41,7 @@ use super::run::{bind_and_connect, run_with_stop, tcp_socket, Attached};
 use super::SendConfig;
 use crate::cli::Failure;
 use crate::report::human;
-use crate::report::schema::{SendSummary, SinkIntervalRow, SinkReply};
+use crate::report::schema::{IntervalRow, SendSummary, SinkIntervalRow, SinkReply};
 use crate::report::CsvFile;
 use crate::signals::{exit_status_for, StopBroadcast, StopSignals, StopSource};
 use crate::units;
@@ -113,7 +113,7 @@ struct ReverseResult {
     summary: Option<SendSummary>,
     /// The sender's interval rows (intervals.csv's), for `-J`.
     #[serde(default)]
-    intervals: Vec<serde_json::Value>,
+    intervals: Vec<IntervalRow>,
     /// sbm-send's exit status for the run (2: the options were refused there).
     exit_code: i32,
     error: Option<String>,
@@ -231,10 +231,10 @@ pub fn run_bidir(cfg: &SendConfig, args: Vec<String>, json: bool) -> Result<i32,
         .map_err(Failure::env)?;
     let (rx_summary, rx_intervals, rx_exit) = rx?;
     if json {
-        crate::cli::print_json_document(&serde_json::json!({
-            "tx": super::json_document(&tx.summary, &tx.intervals),
-            "rx": super::json_document(&rx_summary, &rx_intervals),
-        }));
+        crate::cli::print_json_document(&super::BidirDocument {
+            tx: super::json_document(&tx.summary, &tx.intervals),
+            rx: super::json_document(&rx_summary, &rx_intervals),
+        });
     } else {
         crate::say!("[TX-C] this side's sending:");
         crate::say!("{}", human::send_summary_text(&tx.summary));
@@ -260,7 +260,7 @@ fn reverse_run(
     args: Vec<String>,
     signals: &StopSignals,
     on_signal: &dyn Fn(Signal),
-) -> Result<(SendSummary, Vec<serde_json::Value>, i32), Failure> {
+) -> Result<(SendSummary, Vec<IntervalRow>, i32), Failure> {
     let connect = |local: Option<SocketAddr>| -> Result<Socket, Failure> {
         let sock = tcp_socket(cfg.peer).map_err(Failure::env)?;
         bind_and_connect(&sock, cfg.peer, local, cfg.connect_timeout).map_err(Failure::env)?;
@@ -685,11 +685,7 @@ fn serve(control: &Socket, first: Vec<u8>, setup: &ServeSetup) -> ReverseResult 
                 summary: Some(o.summary),
                 exit_code: o.exit_code,
                 error: None,
-                intervals: o
-                    .intervals
-                    .iter()
-                    .filter_map(|r| serde_json::to_value(r).ok())
-                    .collect(),
+                intervals: o.intervals,
             }
         }
         Err(e) => refused(1, e.to_string()),

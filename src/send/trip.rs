@@ -6,10 +6,9 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use socket2::Socket;
 
-use crate::report::schema::{EstimatorError, TripMessageRow};
+use crate::report::schema::{EstimatorError, SinkReply, TripMessageRow};
 use crate::wire::Header;
 
 /// The message being written, possibly over several invitations.
@@ -196,8 +195,9 @@ pub fn compare(
     (rows, stats)
 }
 
-/// Half-closes and reads the sink's reply until it closes or `timeout` passes.
-pub fn read_reply(sock: &Socket, timeout: Duration) -> Result<Value, String> {
+/// Half-closes and reads the sink's reply until it closes or `timeout` passes, through the
+/// type the sink writes it with (fields it lacks: their defaults).
+pub fn read_reply(sock: &Socket, timeout: Duration) -> Result<SinkReply, String> {
     sock.shutdown(std::net::Shutdown::Write)
         .map_err(|e| format!("shutdown: {e}"))?;
     sock.set_nonblocking(false).map_err(|e| e.to_string())?;
@@ -234,7 +234,8 @@ pub fn read_reply(sock: &Socket, timeout: Duration) -> Result<Value, String> {
     if data.is_empty() {
         return Err("the peer closed without a reply (not an sbm-sink?)".into());
     }
-    serde_json::from_slice(&data).map_err(|e| format!("the sink's reply is not sbm JSON: {e}"))
+    serde_json::from_slice(&data)
+        .map_err(|e| format!("the sink's reply is not an sbm-sink reply: {e}"))
 }
 
 #[cfg(test)]

@@ -499,7 +499,7 @@ impl<'a> Sender<'a> {
                 None => self.cfg.options.notsent_lowat.map(u64::from),
             },
             drain_rate_bps: self.last_decision.and_then(|d| d.rate).map(|r| r * 8.0),
-            rate_source: self.last_decision.map_or("", |d| d.source.name()),
+            rate_source: self.last_decision.map_or("", |d| d.source.name()).into(),
             lowat_bytes: sys::get_int(
                 self.sock.as_fd(),
                 libc::IPPROTO_TCP,
@@ -511,7 +511,7 @@ impl<'a> Sender<'a> {
             bbr_min_rtt_us: bbr.map(|b| b.min_rtt_us),
             bbr_pacing_gain: bbr.map(|b| f64::from(b.pacing_gain) / 256.0),
             bbr_cwnd_gain: bbr.map(|b| f64::from(b.cwnd_gain) / 256.0),
-            bbr_mode: bbr.and_then(|b| b.mode()).map_or("", |m| m.name()),
+            bbr_mode: bbr.and_then(|b| b.mode()).map_or("", |m| m.name()).into(),
             bbr_bdp_bytes: bbr.map(|b| b.bdp_bytes()),
             inflight_bytes: u64::from(info.unacked) * u64::from(info.snd_mss),
         };
@@ -804,6 +804,17 @@ pub fn run_attached(cfg: &SendConfig, attached: Attached) -> Result<SendOutcome,
     run_with_stop(cfg, StopSource::Signals(signals), attached)
 }
 
+/// `--json-stream`'s first line's data: the connection as it was set up.
+#[derive(serde::Serialize)]
+struct StartEvent<'a, O: serde::Serialize> {
+    sbm_version: &'static str,
+    local: &'a str,
+    peer: String,
+    kernel: String,
+    mss: u32,
+    write_size: u32,
+    options: &'a O,
+}
 /// [`run`] ended early by `signals` (one flow of several: a relay from the thread that
 /// owns the process's signals).
 pub fn run_with_stop(
@@ -881,15 +892,15 @@ pub fn run_with_stop(
     }
     print_banner(cfg, &local, &options, timestamping, first_info.snd_mss);
     if cfg.json_stream {
-        let start = serde_json::json!({
-            "sbm_version": env!("CARGO_PKG_VERSION"),
-            "local": local,
-            "peer": cfg.peer.to_string(),
-            "kernel": crate::sysinfo::kernel_release(),
-            "mss": first_info.snd_mss,
-            "write_size": cfg.write_size,
-            "options": &options,
-        });
+        let start = StartEvent {
+            sbm_version: env!("CARGO_PKG_VERSION"),
+            local: &local,
+            peer: cfg.peer.to_string(),
+            kernel: crate::sysinfo::kernel_release(),
+            mss: first_info.snd_mss,
+            write_size: cfg.write_size,
+            options: &options,
+        };
         let flow = cfg.interval_tap.as_ref().map(|t| t.flow);
         crate::cli::print_json_event("start", flow, &start);
     }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::report::schema::{EstimatorError, SinkReply};
+use crate::report::schema::EstimatorError;
 
 /// What the summary says about the run's set-up.
 pub(super) struct RunAbout {
@@ -208,8 +208,8 @@ impl Sender<'_> {
             view.error = Some("no exchange: the run failed".into());
             return (view, vec![], HashMap::new());
         }
-        let reply = match trip::read_reply(&self.sock, self.cfg.reply_timeout) {
-            Ok(v) => v,
+        let mut reply = match trip::read_reply(&self.sock, self.cfg.reply_timeout) {
+            Ok(r) => r,
             Err(e) => {
                 self.warnings.push(format!("sink reply: {e}"));
                 view.error = Some(e);
@@ -217,26 +217,17 @@ impl Sender<'_> {
             }
         };
         view.replied = true;
-        // Read through the type the sink writes it with (fields it lacks: their defaults).
-        let typed: SinkReply = match serde_json::from_value(reply.clone()) {
-            Ok(r) => r,
-            Err(e) => {
-                let e = format!("the sink's reply is not an sbm-sink reply: {e}");
-                self.warnings.push(format!("sink reply: {e}"));
-                view.error = Some(e);
-                return (view, vec![], HashMap::new());
-            }
-        };
-        view.bytes = Some(typed.bytes);
-        view.goodput_bps = Some(typed.goodput_bps);
-        view.clocks_shared = typed.clocks_shared;
-        view.messages = Some(typed.messages);
-        view.latency_p50_us = typed.latency.p50_us;
-        view.latency_p95_us = typed.latency.p95_us;
-        view.latency_max_us = typed.latency.max_us;
-        let mut stored = reply;
+        view.bytes = Some(reply.bytes);
+        view.goodput_bps = Some(reply.goodput_bps);
+        view.clocks_shared = reply.clocks_shared;
+        view.messages = Some(reply.messages);
+        view.latency_p50_us = reply.latency.p50_us;
+        view.latency_p95_us = reply.latency.p95_us;
+        view.latency_max_us = reply.latency.max_us;
         let mut estimators = vec![];
-        let read_times: HashMap<u64, u64> = typed.read_times.iter().copied().collect();
+        // The per-message read times go to messages.csv; the stored summary keeps the rest.
+        let read_times: HashMap<u64, u64> =
+            std::mem::take(&mut reply.read_times).into_iter().collect();
         if self.framer.is_some() {
             let (rows, stats) = trip::compare(&self.messages, &read_times);
             if let Err(e) = self.out.write_messages(&rows) {
@@ -244,11 +235,7 @@ impl Sender<'_> {
             }
             estimators = stats;
         }
-        // The per-message read times are in messages.csv; keep the stored summary small.
-        if let Some(o) = stored.as_object_mut() {
-            o.remove("read_times");
-        }
-        if let Err(e) = self.out.write_json("sink-summary.json", &stored) {
+        if let Err(e) = self.out.write_json("sink-summary.json", &reply) {
             self.warnings.push(e.to_string());
         }
         (view, estimators, read_times)
