@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use sbm::matrix::record::Meta;
 use sbm::report::schema::{SendSummary, TraceConnSummary, TraceSummary, SUMMARY_SCHEMA_VERSION};
 use sbm::report::{archive, compressed};
 use sbm::testbed::uml::RunRecord;
@@ -150,6 +151,38 @@ fn every_committed_uml_record_reads_back_into_its_type() {
     assert!(
         quotas > 0 && slices > 0,
         "{quotas} quota and {slices} slice records"
+    );
+}
+
+/// Every committed cell's meta.json reads back into `Meta` (the test bed's status before and
+/// after typed, sbm-delay's statistics and tc's own document included) with every value it
+/// holds.
+#[test]
+fn every_committed_meta_reads_back_into_its_type() {
+    let mut files = vec![];
+    files_named(&results(), "meta.json", &mut files);
+    assert!(files.len() >= 1000, "found only {} meta.json", files.len());
+    let mut problems = vec![];
+    let mut with_testbed = 0;
+    for f in &files {
+        match round_trip::<Meta>(f) {
+            Ok((typed, missing)) => {
+                problems.extend(missing);
+                with_testbed += usize::from(
+                    typed
+                        .testbed_before
+                        .as_ref()
+                        .is_some_and(|s| s.delay_line.is_some() && s.qdisc.is_some()),
+                );
+            }
+            Err(e) => problems.push(e),
+        }
+    }
+    problems.truncate(20);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(
+        with_testbed >= 1000,
+        "{with_testbed} with the test bed typed"
     );
 }
 

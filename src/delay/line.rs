@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::stats::LatencyHist;
 
@@ -36,7 +36,7 @@ pub struct Release {
 }
 
 /// Counters of one direction, as written to the stats file and printed on exit.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DirectionStats {
     pub queue: u16,
     pub name: String,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Parser;
 use nix::poll::{PollFd, PollFlags};
 use nix::sys::time::TimeSpec;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::signals::StopSignals;
 use crate::units;
@@ -75,10 +75,10 @@ fn parse_direction(s: &str) -> Result<DirectionSpec, String> {
 }
 
 /// The stats file's content.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct DelayStats {
     pub pid: u32,
-    pub state: &'static str,
+    pub state: std::borrow::Cow<'static, str>,
     pub started_unix_s: u64,
     pub uptime_s: f64,
     pub directions: Vec<DirectionStats>,
@@ -162,9 +162,9 @@ fn run(args: &DelayArgs) -> Result<(), QueueError> {
         overruns: 0,
         unknown: 0,
     };
-    let snapshot = |line: &DelayLine, c: &Counters, state| DelayStats {
+    let snapshot = |line: &DelayLine, c: &Counters, state: &'static str| DelayStats {
         pid: std::process::id(),
-        state,
+        state: state.into(),
         started_unix_s,
         uptime_s: start.elapsed().as_secs_f64(),
         directions: line.stats(),

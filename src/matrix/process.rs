@@ -90,10 +90,8 @@ pub(super) fn stop_child(child: &mut Child, sig: Signal, grace: Duration) -> Opt
     child.wait().ok()
 }
 
-pub(super) fn testbed_status(prefix: &str) -> serde_json::Value {
-    wan::load_state(prefix)
-        .map(|st| serde_json::to_value(status::collect(&st)).unwrap_or_default())
-        .unwrap_or(serde_json::Value::Null)
+pub(super) fn testbed_status(prefix: &str) -> Option<status::Status> {
+    wan::load_state(prefix).map(|st| status::collect(&st))
 }
 
 /// `argv` run in network namespace `ns` (`ip netns exec NS …`).

@@ -240,8 +240,10 @@ pub struct Meta {
     pub repetition: u32,
     pub sink_command: Vec<String>,
     pub send_command: Vec<String>,
-    pub testbed_before: serde_json::Value,
-    pub testbed_after: serde_json::Value,
+    /// The test bed as `sbm-testbed status` described it before and after the cell (None:
+    /// no emulated path, as on real hosts and in command cells without one).
+    pub testbed_before: Option<crate::testbed::status::Status>,
+    pub testbed_after: Option<crate::testbed::status::Status>,
     /// With a rate schedule: when the sender connected (the schedule's origin) and each
     /// change as it took effect.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -250,7 +252,71 @@ pub struct Meta {
     pub rate_changes: Vec<RateChange>,
     /// On real hosts: the pair, both ends before and after, clocks, the path's RTT.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hosts: Option<serde_json::Value>,
+    pub hosts: Option<HostsRecord>,
+}
+
+/// meta.json's `hosts` of a cell on real hosts: the pair, where it was shaped, the path's
+/// round trip before the cell, both ends' clocks, and both ends described before and after.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostsRecord {
+    pub pair: String,
+    pub sender: String,
+    pub receiver: String,
+    /// The sink's address the sender connected to.
+    pub sink: String,
+    /// Where the bottleneck was installed (None: no rate, nothing shaped).
+    pub shaping: Option<HostsShaping>,
+    pub rtt_before: Measured<crate::testbed::hostinfo::RttProbe>,
+    pub clocks: Clocks,
+    pub sender_before: Measured<crate::testbed::hostinfo::HostInfo>,
+    pub sender_after: Measured<crate::testbed::hostinfo::HostInfo>,
+    pub receiver_before: Measured<crate::testbed::hostinfo::HostInfo>,
+    pub receiver_after: Measured<crate::testbed::hostinfo::HostInfo>,
+}
+
+/// Where a real-host cell's bottleneck was: `receiver-ingress` or `sender-egress`, and the
+/// device.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostsShaping {
+    pub at: String,
+    pub dev: String,
+}
+
+/// A reading, or why there is none (`{"not_measured": "…"}`). Read in that order: a
+/// reading's type whose fields all have defaults would otherwise take the reason for one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Measured<T> {
+    NotMeasured { not_measured: String },
+    Value(T),
+}
+
+impl<T> From<Result<T, String>> for Measured<T> {
+    fn from(r: Result<T, String>) -> Measured<T> {
+        match r {
+            Ok(v) => Measured::Value(v),
+            Err(not_measured) => Measured::NotMeasured { not_measured },
+        }
+    }
+}
+
+/// One end's clock minus this machine's, with the ± bound of the reading (half the time
+/// the ssh round trip around it took).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClockOffset {
+    pub offset_ns: i64,
+    pub bound_ns: u64,
+}
+
+/// The two ends' clocks as trip times need them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Clocks {
+    /// None where not measured.
+    pub sender: Option<ClockOffset>,
+    pub receiver: Option<ClockOffset>,
+    /// Whether one-way trip times between the two ends mean something, and why.
+    pub trip_times_comparable: bool,
+    pub why: String,
 }
 
 impl Meta {
@@ -287,4 +353,32 @@ pub struct RateChange {
     pub applied_s: f64,
     /// Why the change failed, if it did.
     pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testbed::hostinfo::RttProbe;
+
+    #[test]
+    fn a_reading_or_why_not_reads_back_as_written() {
+        let probe = RttProbe {
+            address: "198.18.0.2:5201".into(),
+            samples_us: vec![172_000, 172_100],
+            min_us: Some(172_000),
+            errors: vec![],
+        };
+        let got: Measured<RttProbe> = Ok(probe).into();
+        let text = serde_json::to_string(&got).unwrap();
+        assert!(text.starts_with(r#"{"address":"#), "{text}");
+        let back: Measured<RttProbe> = serde_json::from_str(&text).unwrap();
+        assert!(matches!(back, Measured::Value(p) if p.min_us == Some(172_000)));
+        let none: Measured<RttProbe> = Err("ssh: timed out".to_string()).into();
+        let text = serde_json::to_string(&none).unwrap();
+        assert_eq!(text, r#"{"not_measured":"ssh: timed out"}"#);
+        let back: Measured<RttProbe> = serde_json::from_str(&text).unwrap();
+        assert!(
+            matches!(back, Measured::NotMeasured { ref not_measured } if not_measured == "ssh: timed out")
+        );
+    }
 }

@@ -1,15 +1,19 @@
 //! `testbed/wan status`: what the bed is and what its parts counted. The JSON is what the
 //! matrix records before and after each cell.
 
-use serde::Serialize;
-use serde_json::Value;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::delay::DelayStats;
 
 use super::cmd::Cmd;
 use super::wan::{self, BottleneckKind, DelayImpl, Names, PolicerImpl, ShapeAt, State};
 
 /// One line of /proc/net/netfilter/nfnetlink_queue (net/netfilter/nfnetlink_queue.c
 /// `seq_show`): the kernel's own counters for a queue.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct KernelQueue {
     pub queue: u32,
     pub portid: u32,
@@ -42,7 +46,7 @@ pub fn parse_nfnetlink_queue(text: &str) -> Vec<KernelQueue> {
 }
 
 /// Packet counters of the NFQUEUE rules (`iptables -L FORWARD -v -x -n`).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RuleCounter {
     pub in_dev: String,
     pub packets: u64,
@@ -63,7 +67,9 @@ pub fn parse_iptables_counters(text: &str) -> Vec<RuleCounter> {
         .collect()
 }
 
-#[derive(Debug, Serialize)]
+/// What `sbm-testbed status` prints and the matrix keeps in meta.json before and after each
+/// cell (read back through this type).
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Status {
     pub prefix: String,
     pub up: bool,
@@ -84,7 +90,9 @@ pub struct Status {
     pub queue_drain_ms: Option<f64>,
     /// Whether the queue asked for was under the four-packet floor and was raised to it.
     pub queue_raised_to_floor: Option<bool>,
-    /// shaper (HTB and the queue above) or policer (nothing queued: excess dropped).
+    /// shaper (HTB and the queue above) or policer (nothing queued: excess dropped);
+    /// records from before policers existed have no field and were shapers.
+    #[serde(default)]
     pub bottleneck: BottleneckKind,
     /// A policer's bucket in bytes (the queue's time at the rate) and how it is made:
     /// `police` (act_police) or `tbf` (a token bucket with a one-packet queue).
@@ -96,27 +104,28 @@ pub struct Status {
     pub shape_dev: String,
     pub delay_impl: DelayImpl,
     pub delay_pid: Option<u32>,
-    /// `tc -s -j qdisc show` of the bottleneck device.
-    pub qdisc: Value,
-    /// sbm-delay's statistics file.
-    pub delay_line: Value,
+    /// `tc -s -j qdisc show` of the bottleneck device, kept as tc wrote it (its JSON is
+    /// tc's, not sbm's: nothing reads it, a reader sees what tc said); None when tc gave none.
+    pub qdisc: Option<Box<RawValue>>,
+    /// sbm-delay's statistics file (None: not readable, or no delay line).
+    pub delay_line: Option<DelayStats>,
     pub nfnetlink_queue: Vec<KernelQueue>,
     pub nfqueue_rules: Vec<RuleCounter>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct NamespaceNames {
     pub snd: String,
     pub wan: String,
     pub rcv: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Addresses {
-    pub snd: &'static str,
-    pub rcv: &'static str,
-    pub wan_snd_side: &'static str,
-    pub wan_rcv_side: &'static str,
+    pub snd: Cow<'static, str>,
+    pub rcv: Cow<'static, str>,
+    pub wan_snd_side: Cow<'static, str>,
+    pub wan_rcv_side: Cow<'static, str>,
 }
 
 pub fn collect(state: &State) -> Status {
@@ -131,12 +140,10 @@ pub fn collect(state: &State) -> Status {
         .in_ns(&ns)
         .run()
         .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(Value::Null);
+        .and_then(|s| RawValue::from_string(s.trim().to_string()).ok());
     let delay_line = std::fs::read_to_string(wan::delay_stats_path(&state.prefix))
         .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(Value::Null);
+        .and_then(|s| serde_json::from_str(&s).ok());
     let (kernel, rules) = if state.delay_impl == DelayImpl::Nfqueue {
         (
             Cmd::new("cat", &["/proc/net/netfilter/nfnetlink_queue"])
@@ -174,10 +181,10 @@ pub fn collect(state: &State) -> Status {
             rcv: n.rcv.clone(),
         },
         addresses: Addresses {
-            snd: wan::SND_ADDR,
-            rcv: wan::RCV_ADDR,
-            wan_snd_side: wan::WAN_SND_ADDR,
-            wan_rcv_side: wan::WAN_RCV_ADDR,
+            snd: wan::SND_ADDR.into(),
+            rcv: wan::RCV_ADDR.into(),
+            wan_snd_side: wan::WAN_SND_ADDR.into(),
+            wan_rcv_side: wan::WAN_RCV_ADDR.into(),
         },
         rtt_ms: state.rtt_us as f64 / 1e3,
         one_way_delay_ms: state.rtt_us as f64 / 2e3,

@@ -15,12 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
 use super::argv::{send_args, send_flows};
 use super::process::{bin_dir, fmt_dur, last_error_line, now_unix_s, utc_stamp};
-use super::record::Meta;
-use super::record::{CellStatus, Status};
+use super::record::{CellStatus, ClockOffset, Clocks, HostsRecord, HostsShaping, Meta, Status};
 use super::spec::pair::{HostShaping, Pair};
 use super::spec::{Cell, MatrixSpec};
 use super::store::store_cell;
@@ -306,25 +303,6 @@ impl Holder {
     }
 }
 
-/// One end's clock minus this machine's, with the ± bound of the reading (half the time
-/// the ssh round trip around it took).
-#[derive(Debug, Clone, Copy, Serialize)]
-struct ClockOffset {
-    offset_ns: i64,
-    bound_ns: u64,
-}
-
-/// The two ends' clocks as trip times need them.
-#[derive(Debug, Serialize)]
-struct Clocks {
-    /// None where not measured.
-    sender: Option<ClockOffset>,
-    receiver: Option<ClockOffset>,
-    /// Whether one-way trip times between the two ends mean something, and why.
-    trip_times_comparable: bool,
-    why: String,
-}
-
 fn clocks(s: &Session, snd: Option<&HostInfo>, rcv: Option<&HostInfo>) -> Clocks {
     judge_clocks(
         snd,
@@ -596,29 +574,30 @@ fn run_cell(
         }
     }
     let mut meta = Meta::new(cell, sink_cmd, send_cmd);
-    let show = |r: &Result<HostInfo, String>| match r {
-        Ok(i) => serde_json::to_value(i).unwrap_or_default(),
-        Err(e) => serde_json::json!({ "not_measured": e }),
-    };
-    meta.hosts = Some(serde_json::json!({
-        "pair": pair.name,
-        "sender": pair.sender.to_string(),
-        "receiver": pair.receiver.to_string(),
-        "sink": sink_addr,
-        "shaping": pair.shaped_dev.as_ref().filter(|_| cell.rate_bps.is_some()).map(|d| serde_json::json!({
-            "at": match shaping { HostShaping::ReceiverIngress => "receiver-ingress", HostShaping::SenderEgress => "sender-egress" },
-            "dev": d,
-        })),
-        "rtt_before": match &rtt {
-            Ok(p) => serde_json::to_value(p).unwrap_or_default(),
-            Err(e) => serde_json::json!({ "not_measured": e }),
-        },
-        "clocks": clocks,
-        "sender_before": show(&snd_before),
-        "sender_after": show(&snd_after),
-        "receiver_before": show(&rcv_before),
-        "receiver_after": show(&rcv_after),
-    }));
+    meta.hosts = Some(HostsRecord {
+        pair: pair.name.clone(),
+        sender: pair.sender.to_string(),
+        receiver: pair.receiver.to_string(),
+        sink: sink_addr.to_string(),
+        shaping: pair
+            .shaped_dev
+            .as_ref()
+            .filter(|_| cell.rate_bps.is_some())
+            .map(|d| HostsShaping {
+                at: match shaping {
+                    HostShaping::ReceiverIngress => "receiver-ingress",
+                    HostShaping::SenderEgress => "sender-egress",
+                }
+                .into(),
+                dev: d.clone(),
+            }),
+        rtt_before: rtt.into(),
+        clocks,
+        sender_before: snd_before.into(),
+        sender_after: snd_after.into(),
+        receiver_before: rcv_before.into(),
+        receiver_after: rcv_after.into(),
+    });
     meta.write(dir);
     // A cell that failed on a connection that no longer works failed for the pair.
     if o.st.send_exit != Some(0) && !o.interrupted && !s.alive() {
