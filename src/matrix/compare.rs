@@ -49,7 +49,7 @@ pub fn identity(spec: &MatrixSpec, c: &Cell) -> String {
     } else {
         ""
     };
-    let guest = if c.sender_kernel == "uml" {
+    let guest = if c.sender_kernel == super::spec::SenderKernel::Uml {
         format!(" mtu={} sysctls={:?}", spec.uml.mtu, c.guest_sysctls)
     } else {
         String::new()

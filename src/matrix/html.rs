@@ -876,6 +876,15 @@ mod tests {
         assert_eq!(escape("\"<&>'"), "&quot;&lt;&amp;&gt;&#39;");
     }
 
+    fn group<'a>(label: &str, rows: &'a [SummaryRow]) -> Group<'a> {
+        Group {
+            row: label.into(),
+            rate: "2mbit".into(),
+            config: label.into(),
+            runs: rows.iter().collect(),
+        }
+    }
+
     fn rep(label: &str, r: u32, p50: Option<u64>, gp: f64) -> SummaryRow {
         let mut row = super::report::tests::row(label, "2mbit", p50.unwrap_or(0), 0, gp);
         row.cell = format!("2mbit-{label}-r{r}");
@@ -892,47 +901,27 @@ mod tests {
             rep("a", 3, Some(200), 3.0),
             rep("a", 4, Some(400), 4.0),
         ];
-        let g = Group {
-            row: "a".into(),
-            rate: "2mbit".into(),
-            config: "a".into(),
-            runs: rows.iter().collect(),
-        };
+        let g = group("a", &rows);
         // 100, 200, 300, 400: the lower middle.
         assert_eq!(representative(&g).cell, "2mbit-a-r3");
         let light: Vec<SummaryRow> = [(1, 5.0), (2, 9.0), (3, 7.0)]
             .into_iter()
             .map(|(r, gp)| rep("b", r, None, gp))
             .collect();
-        let g = Group {
-            row: "b".into(),
-            rate: "2mbit".into(),
-            config: "b".into(),
-            runs: light.iter().collect(),
-        };
+        let g = group("b", &light);
         assert_eq!(representative(&g).cell, "2mbit-b-r3");
         // A run that did not finish is not drawn in place of one that did.
         let mut failed = rep("c", 1, Some(1), 1.0);
         failed.status = Status::Failed;
         let rows = [failed, rep("c", 2, Some(50), 1.0)];
-        let g = Group {
-            row: "c".into(),
-            rate: "2mbit".into(),
-            config: "c".into(),
-            runs: rows.iter().collect(),
-        };
+        let g = group("c", &rows);
         assert_eq!(representative(&g).cell, "2mbit-c-r2");
     }
 
     #[test]
     fn runs_link_to_their_section_of_their_configuration_page() {
         let rows = [rep("a", 1, Some(1), 1.0), rep("a", 2, Some(1), 1.0)];
-        let g = Group {
-            row: "a".into(),
-            rate: "2mbit".into(),
-            config: "a".into(),
-            runs: rows.iter().collect(),
-        };
+        let g = group("a", &rows);
         let pages = Pages::of(std::slice::from_ref(&g));
         assert_eq!(
             pages.run_href("2mbit-a-r2").as_deref(),

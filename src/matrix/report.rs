@@ -109,7 +109,7 @@ pub fn summary_row(cell: &Cell, files: &CellFiles) -> SummaryRow {
         write_size: cell.write_size.clone(),
         nodelay: cell.nodelay,
         cc: cell.cc.clone(),
-        sender_kernel: cell.sender_kernel.clone(),
+        sender_kernel: cell.sender_kernel.to_string(),
         cpu_quota: cell.cpu_quota,
         cpu_slices: cell.cpu_slices,
         repetition: cell.repetition,

@@ -20,7 +20,7 @@ use super::process::{
 use super::record::Meta;
 use super::record::{CellStatus, Status};
 use super::schedule;
-use super::spec::{Cell, MatrixSpec, SpecError, Workload};
+use super::spec::{Cell, MatrixSpec, SenderKernel, SpecError, Workload};
 use super::store::store_cell;
 use crate::signals::StopSignals;
 use crate::testbed::wan;
@@ -134,8 +134,8 @@ fn sender_command(
     kernel: Option<&Path>,
     sender: Vec<String>,
 ) -> Vec<String> {
-    let mut cmd: Vec<String> = match (cell.sender_kernel.as_str(), kernel) {
-        ("uml", Some(kernel)) => {
+    let mut cmd: Vec<String> = match (cell.sender_kernel, kernel) {
+        (SenderKernel::Uml, Some(kernel)) => {
             let limit = cell.duration
                 + cell.drain_timeout.unwrap_or(Duration::from_secs(60))
                 + Duration::from_secs(30);
@@ -445,13 +445,13 @@ fn run_emulated(
                 .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.queue: {e}"))))?,
         },
         shape_at: spec.path.shape_at().map_err(MatrixError::Cells)?,
-        delay_impl: spec.path.delay_impl().map_err(MatrixError::Cells)?,
+        delay_impl: spec.path.delay_impl(),
         bottleneck: todo.first().map_or_else(Default::default, |c| c.bottleneck),
         owner: std::process::id(),
     };
     // The patched kernel for UML cells, built (or found in the cache) before the path
     // goes up: a first build takes minutes.
-    let kernel = if todo.iter().any(|c| c.sender_kernel == "uml") {
+    let kernel = if todo.iter().any(|c| c.sender_kernel == SenderKernel::Uml) {
         let built = crate::testbed::uml::build::build_from(
             &crate::testbed::uml::build::default_kernel_dir(),
             crate::testbed::uml::build::default_cache_root(),
@@ -614,7 +614,11 @@ pub fn run(opts: &RunOptions) -> Result<i32, MatrixError> {
                 c.write_size,
                 c.cc,
                 if c.nodelay { " nodelay" } else { "" },
-                if c.sender_kernel == "uml" { " uml" } else { "" },
+                if c.sender_kernel == SenderKernel::Uml {
+                    " uml"
+                } else {
+                    ""
+                },
                 c.cpu_quota
                     .map(|q| format!(" cpu {q}%"))
                     .or(c.cpu_slices.map(|q| format!(" cpu slices {q}%")))

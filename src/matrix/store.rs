@@ -27,7 +27,7 @@ impl Meta {
             write_size: cell.write_size.clone(),
             nodelay: cell.nodelay,
             cc: cell.cc.clone(),
-            sender_kernel: cell.sender_kernel.clone(),
+            sender_kernel: cell.sender_kernel.to_string(),
             cpu_quota: cell.cpu_quota,
             cpu_slices: cell.cpu_slices,
             guest_sysctls: cell.guest_sysctls.clone(),

@@ -21,26 +21,83 @@ pub const SINK_PORT: u16 = 5301;
 #[serde(deny_unknown_fields, default)]
 pub struct PathSpec {
     /// emulated (the test bed's namespaces) | hosts (real machines over ssh, `hosts`)
-    pub kind: String,
+    pub kind: PathKind,
     /// The emulated path's round trip (a real path's is measured before each cell).
     pub rtt: String,
     pub queue: String,
     /// Emulated: wan (default) | ingress. Hosts: receiver-ingress (default) | sender-egress.
-    pub shape_at: String,
+    pub shape_at: Option<ShapeAtSpec>,
     /// auto | netem | nfqueue (emulated only)
-    pub delay_impl: String,
+    pub delay_impl: wan::DelayImpl,
     /// kind = "hosts": the sender/receiver pairs; cells are spread over them.
     pub hosts: Vec<pair::HostPairSpec>,
+}
+
+/// `path.kind`: where the cells run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PathKind {
+    /// The test bed's namespaces on this machine.
+    Emulated,
+    /// Real machines over ssh (`path.hosts`).
+    Hosts,
+}
+
+/// `path.shape_at`: where the bottleneck goes — on the emulated path `wan` or `ingress`,
+/// on real hosts `receiver-ingress` or `sender-egress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShapeAtSpec {
+    Wan,
+    Ingress,
+    ReceiverIngress,
+    SenderEgress,
+}
+
+/// `axes.sender_kernel`: where sbm-send runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SenderKernel {
+    /// The bed's snd namespace on this machine's kernel.
+    Host,
+    /// A UML guest running the patched kernel (testbed/uml), attached to snd by a tap.
+    Uml,
+}
+
+impl SenderKernel {
+    /// As the matrix file, cell names and summary.csv write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SenderKernel::Host => "host",
+            SenderKernel::Uml => "uml",
+        }
+    }
+}
+
+impl std::fmt::Display for SenderKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `configs.NAME.workload`: what a row's cells run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadKind {
+    /// sbm-send against sbm-sink (the default).
+    Send,
+    /// An unmodified client/server pair, the server under sbm-trace.
+    Command,
 }
 
 impl Default for PathSpec {
     fn default() -> Self {
         PathSpec {
-            kind: "emulated".into(),
+            kind: PathKind::Emulated,
             rtt: "172ms".into(),
             queue: "200ms".into(),
-            shape_at: String::new(),
-            delay_impl: "auto".into(),
+            shape_at: None,
+            delay_impl: wan::DelayImpl::Auto,
             hosts: vec![],
         }
     }
@@ -68,7 +125,7 @@ pub struct ConfigSpec {
     /// `send` (sbm-send against sbm-sink, the default) or `command`: an unmodified
     /// client/server pair across the path, the server run under sbm-trace (which then
     /// takes `args`) in the sender's namespace, the client in the receiver's.
-    pub workload: Option<String>,
+    pub workload: Option<WorkloadKind>,
     /// workload = "command": the server's command line and the client's. Placeholders:
     /// {addr} and {port} (where the server listens), {dir} (the cell's directory),
     /// {tmp} (a scratch directory removed after the cell), {seconds} (the cell's duration,
@@ -85,14 +142,14 @@ pub struct ConfigSpec {
 impl ConfigSpec {
     /// The row's workload, checked.
     pub fn workload(&self) -> Result<Workload, String> {
-        match self.workload.as_deref() {
-            None | Some("send") => {
+        match self.workload {
+            None | Some(WorkloadKind::Send) => {
                 if !self.server.is_empty() || !self.client.is_empty() {
                     return Err("server and client need workload = \"command\"".into());
                 }
                 Ok(Workload::Send)
             }
-            Some("command") => {
+            Some(WorkloadKind::Command) => {
                 if self.server.is_empty() || self.client.is_empty() {
                     return Err(
                         "workload = \"command\" needs a server and a client command line".into(),
@@ -106,7 +163,6 @@ impl ConfigSpec {
                     client: self.client.clone(),
                 })
             }
-            Some(other) => Err(format!("workload '{other}': send or command")),
         }
     }
 }
@@ -211,7 +267,7 @@ pub struct Axes {
     pub cc: Vec<String>,
     /// host: sbm-send in the bed's snd namespace; uml: in a UML guest running the patched
     /// kernel (testbed/uml), attached to snd by a tap.
-    pub sender_kernel: Vec<String>,
+    pub sender_kernel: Vec<SenderKernel>,
     /// CPU quotas for the UML guest, percent of one CPU per `uml.cpu_period` (empty: no
     /// quota).
     pub cpu_quota: Vec<u32>,
@@ -229,7 +285,7 @@ impl Default for Axes {
             write_size: vec!["64KiB".into()],
             nodelay: vec![false],
             cc: vec!["cubic".into()],
-            sender_kernel: vec!["host".into()],
+            sender_kernel: vec![SenderKernel::Host],
             cpu_quota: vec![],
             cpu_slices: vec![],
         }
@@ -245,7 +301,7 @@ pub struct Exclude {
     pub write_size: Option<String>,
     pub nodelay: Option<bool>,
     pub cc: Option<String>,
-    pub sender_kernel: Option<String>,
+    pub sender_kernel: Option<SenderKernel>,
     pub cpu_quota: Option<u32>,
     pub cpu_slices: Option<u32>,
 }
@@ -321,8 +377,7 @@ pub struct Cell {
     pub write_size: String,
     pub nodelay: bool,
     pub cc: String,
-    /// host | uml
-    pub sender_kernel: String,
+    pub sender_kernel: SenderKernel,
     /// Percent of one CPU for the UML guest; None: no quota.
     pub cpu_quota: Option<u32>,
     /// The guest's share of every period in CPU slices; None: no slices.
@@ -351,23 +406,31 @@ pub struct Cell {
 impl PathSpec {
     /// Where the bottleneck goes, as the test bed names it.
     pub fn shape_at(&self) -> Result<wan::ShapeAt, SpecError> {
-        match self.shape_at.as_str() {
-            "" | "wan" => Ok(wan::ShapeAt::Wan),
-            "ingress" => Ok(wan::ShapeAt::Ingress),
-            other => Err(SpecError::Invalid(format!(
-                "path.shape_at '{other}': wan or ingress"
+        match self.shape_at {
+            None | Some(ShapeAtSpec::Wan) => Ok(wan::ShapeAt::Wan),
+            Some(ShapeAtSpec::Ingress) => Ok(wan::ShapeAt::Ingress),
+            Some(other) => Err(SpecError::Invalid(format!(
+                "path.shape_at '{}' is for real hosts: on the emulated path wan or ingress",
+                other.name()
             ))),
         }
     }
 
     /// Whether the cells run on real hosts (`kind = "hosts"`).
     pub fn is_hosts(&self) -> bool {
-        self.kind == "hosts"
+        self.kind == PathKind::Hosts
     }
 
     /// Where a real path's bottleneck goes.
     pub fn host_shaping(&self) -> Result<pair::HostShaping, SpecError> {
-        pair::HostShaping::parse(&self.shape_at)
+        match self.shape_at {
+            None | Some(ShapeAtSpec::ReceiverIngress) => Ok(pair::HostShaping::ReceiverIngress),
+            Some(ShapeAtSpec::SenderEgress) => Ok(pair::HostShaping::SenderEgress),
+            Some(other) => Err(SpecError::Invalid(format!(
+                "path.shape_at '{}' is for the emulated path: on real hosts receiver-ingress or sender-egress",
+                other.name()
+            ))),
+        }
     }
 
     /// The path's round trip as the report's text and a run's identity name it.
@@ -380,14 +443,19 @@ impl PathSpec {
     }
 
     /// How the path's delay is made, as the test bed names it.
-    pub fn delay_impl(&self) -> Result<wan::DelayImpl, SpecError> {
-        match self.delay_impl.as_str() {
-            "auto" => Ok(wan::DelayImpl::Auto),
-            "netem" => Ok(wan::DelayImpl::Netem),
-            "nfqueue" => Ok(wan::DelayImpl::Nfqueue),
-            other => Err(SpecError::Invalid(format!(
-                "path.delay_impl '{other}': auto, netem or nfqueue"
-            ))),
+    pub fn delay_impl(&self) -> wan::DelayImpl {
+        self.delay_impl
+    }
+}
+
+impl ShapeAtSpec {
+    /// As the matrix file writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShapeAtSpec::Wan => "wan",
+            ShapeAtSpec::Ingress => "ingress",
+            ShapeAtSpec::ReceiverIngress => "receiver-ingress",
+            ShapeAtSpec::SenderEgress => "sender-egress",
         }
     }
 }
@@ -457,10 +525,9 @@ impl MatrixSpec {
         }
         dur("path.rtt", &self.path.rtt)?;
         dur("path.queue", &self.path.queue)?;
-        match self.path.kind.as_str() {
-            "emulated" => {
+        match self.path.kind {
+            PathKind::Emulated => {
                 self.path.shape_at()?;
-                self.path.delay_impl()?;
                 if !self.path.hosts.is_empty() {
                     return Err(SpecError::Invalid(
                         "path.hosts is for kind = \"hosts\" (the emulated path has no hosts)"
@@ -468,23 +535,12 @@ impl MatrixSpec {
                     ));
                 }
             }
-            "hosts" => {
+            PathKind::Hosts => {
                 self.host_pairs()?;
             }
-            other => {
-                return Err(SpecError::Invalid(format!(
-                    "path.kind '{other}': emulated or hosts"
-                )))
-            }
         }
-        for k in &self.axes.sender_kernel {
-            if k != "host" && k != "uml" {
-                return Err(SpecError::Invalid(format!(
-                    "axes.sender_kernel '{k}': host or uml"
-                )));
-            }
-        }
-        if !self.axes.cpu_quota.is_empty() && self.axes.sender_kernel.iter().any(|k| k == "host") {
+        if !self.axes.cpu_quota.is_empty() && self.axes.sender_kernel.contains(&SenderKernel::Host)
+        {
             return Err(SpecError::Invalid(
                 "axes.cpu_quota limits the UML guest: use it with sender_kernel = [\"uml\"]".into(),
             ));
@@ -494,7 +550,8 @@ impl MatrixSpec {
                 "axes.cpu_quota {q}: percent of one CPU, 1 to 100"
             )));
         }
-        if !self.axes.cpu_slices.is_empty() && self.axes.sender_kernel.iter().any(|k| k == "host") {
+        if !self.axes.cpu_slices.is_empty() && self.axes.sender_kernel.contains(&SenderKernel::Host)
+        {
             return Err(SpecError::Invalid(
                 "axes.cpu_slices deals CPU to the UML guest: use it with sender_kernel = [\"uml\"]"
                     .into(),
@@ -529,7 +586,12 @@ impl MatrixSpec {
             }
             let host_only = !c.sysctls.is_empty() || c.workload.is_some();
             if host_only
-                && (self.path.is_hosts() || self.axes.sender_kernel.iter().any(|k| k != "host"))
+                && (self.path.is_hosts()
+                    || self
+                        .axes
+                        .sender_kernel
+                        .iter()
+                        .any(|&k| k != SenderKernel::Host))
             {
                 return Err(SpecError::Invalid(format!(
                     "configs.{name}: sysctls and workload run on the emulated path's host kernel (path.kind = \"emulated\", sender_kernel = [\"host\"])"
@@ -639,7 +701,7 @@ impl MatrixSpec {
             ));
         }
         let a = &self.axes;
-        if a.sender_kernel.iter().any(|k| k != "host")
+        if a.sender_kernel.iter().any(|&k| k != SenderKernel::Host)
             || !a.cpu_quota.is_empty()
             || !a.cpu_slices.is_empty()
         {
@@ -700,9 +762,7 @@ impl MatrixSpec {
                 && e.write_size.as_deref().is_none_or(|x| x == k.write_size)
                 && e.nodelay.is_none_or(|x| x == k.nodelay)
                 && e.cc.as_deref().is_none_or(|x| x == k.cc)
-                && e.sender_kernel
-                    .as_deref()
-                    .is_none_or(|x| x == k.sender_kernel)
+                && e.sender_kernel.is_none_or(|x| x == k.sender_kernel)
                 && e.cpu_quota.is_none_or(|x| Some(x) == k.cpu_quota)
                 && e.cpu_slices.is_none_or(|x| Some(x) == k.cpu_slices)
         })
@@ -741,7 +801,7 @@ impl MatrixSpec {
                                         write_size: ws,
                                         nodelay,
                                         cc,
-                                        sender_kernel,
+                                        sender_kernel: *sender_kernel,
                                         cpu_quota,
                                         cpu_slices,
                                     };
@@ -817,7 +877,7 @@ impl MatrixSpec {
             .map(|kv| parse_sysctl(kv).map_err(SpecError::Invalid))
             .collect::<Result<_, _>>()?;
         let workload = spec.workload().map_err(SpecError::Invalid)?;
-        let guest_sysctls = if k.sender_kernel == "uml" {
+        let guest_sysctls = if k.sender_kernel == SenderKernel::Uml {
             spec.guest_sysctls
                 .iter()
                 .map(|kv| parse_sysctl(kv).map_err(SpecError::Invalid))
@@ -834,7 +894,7 @@ impl MatrixSpec {
             write_size,
             nodelay: k.nodelay,
             cc: k.cc.to_string(),
-            sender_kernel: k.sender_kernel.to_string(),
+            sender_kernel: k.sender_kernel,
             cpu_quota: k.cpu_quota,
             cpu_slices: k.cpu_slices,
             guest_sysctls,
@@ -860,7 +920,7 @@ struct CellKey<'a> {
     write_size: &'a str,
     nodelay: bool,
     cc: &'a str,
-    sender_kernel: &'a str,
+    sender_kernel: SenderKernel,
     cpu_quota: Option<u32>,
     cpu_slices: Option<u32>,
 }
@@ -1032,7 +1092,23 @@ mod tests {
             ("duration = \"40\"", "duration"),
             ("bogus = 1", "unknown field"),
             ("[path]\nshape_at = \"sender\"", "shape_at"),
-            ("[path]\nkind = \"cloud\"", "emulated or hosts"),
+            // Keys with a fixed set of values name the key's line and the values.
+            (
+                "[path]\nkind = \"cloud\"",
+                "kind = \"cloud\"",
+            ),
+            (
+                "[path]\nkind = \"cloud\"",
+                "expected `emulated` or `hosts`",
+            ),
+            (
+                "[path]\ndelay_impl = \"tc\"",
+                "expected one of `auto`, `netem`, `nfqueue`",
+            ),
+            (
+                "[configs.x]\nworkload = \"batch\"\n[axes]\nconfig = [\"x\"]",
+                "expected `send` or `command`",
+            ),
             (
                 "[rates.\"2mbit\"]\nbottleneck = \"wall\"",
                 "shaper or policer",
@@ -1061,7 +1137,7 @@ mod tests {
             ("repetitions = 0", "repetitions"),
             ("[[exclude]]\nrate = \"2mbit\"", "every cell is excluded"),
             ("[rates.\"5mbit\"]\nduration = \"1s\"", "not in axes.rate"),
-            ("[axes]\nsender_kernel = [\"vm\"]", "host or uml"),
+            ("[axes]\nsender_kernel = [\"vm\"]", "expected `host` or `uml`"),
             (
                 "[configs.x]\nreport = { \"2mbit\" = { p50 = \"fast\" } }\n[axes]\nconfig = [\"x\"]",
                 "configs.x.report",

@@ -61,18 +61,6 @@ pub enum HostShaping {
     SenderEgress,
 }
 
-impl HostShaping {
-    pub fn parse(s: &str) -> Result<HostShaping, SpecError> {
-        match s {
-            "" | "receiver-ingress" => Ok(HostShaping::ReceiverIngress),
-            "sender-egress" => Ok(HostShaping::SenderEgress),
-            other => Err(SpecError::Invalid(format!(
-                "path.shape_at '{other}' on real hosts: receiver-ingress or sender-egress"
-            ))),
-        }
-    }
-}
-
 /// A checked pair.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pair {
