@@ -62,9 +62,11 @@
 //!   `matrix::argv` the programs' command lines, `matrix::process` children and namespaces,
 //!   `matrix::store` a finished cell's files (meta.json, cell.json, its compressed files),
 //!   `matrix::pack` a run's cells packed one archive each and back. The report:
-//!   `matrix::report`, `matrix::aggregate`, `matrix::html`, `matrix::svg`,
-//!   `matrix::recovery`, `matrix::compare` and `matrix::format` as functions of the stored
-//!   records, and `matrix::export` the one step that writes the run's files.
+//!   `matrix::run_report` reads a run directory once (`RunReport`: rows, meta.json,
+//!   cell.json, listings, charts); `matrix::report`, `matrix::aggregate`, `matrix::html`,
+//!   `matrix::svg`, `matrix::recovery`, `matrix::compare` and `matrix::format` make text and
+//!   pictures from it, and `matrix::export` has the exporters (a run's files as functions of
+//!   its `RunReport`) and the one step that writes them.
 //! - [`embedded`]: the presets and kernel inputs built into the binaries (build.rs), for
 //!   installs without the source tree. (Man pages and completions: `cargo xtask`, xtask/.)
 //! - [`addr`], [`cli`], [`clock`] (also BPF's monotonic clock to realtime), [`ne`], [`signals`], [`sysinfo`]: small helpers.

@@ -262,6 +262,34 @@ fn bad_matrices_fail_with_one_line() {
     assert!(res.stdout.contains("105 cells"), "{}", res.stdout);
 }
 
+/// The report is read once and exported by functions of what was read: with the run's
+/// directory gone after [`RunReport::read`], every file still comes out, the same bytes as
+/// the committed ones (a committed run with pages, plots and packed cells).
+#[test]
+fn the_exporters_need_nothing_but_the_run_as_read() {
+    use sbm::matrix::run_report::{CellPlots, RunReport};
+    let committed = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results/unmodified"));
+    let dir = tempdir("read-once");
+    let cp = common::run_program(
+        "cp",
+        &["-r", committed.to_str().unwrap(), dir.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    assert!(cp.status.success(), "{}", cp.stderr);
+    let copy = dir.join("unmodified");
+    let (spec, _) = sbm::matrix::run::load(&copy.join("matrix.toml")).unwrap();
+    let cells = spec.cells().unwrap();
+    let report = RunReport::read(&copy, &spec, &cells, CellPlots::default());
+    std::fs::remove_dir_all(&copy).unwrap();
+    let files = sbm::matrix::export::files(&report).unwrap();
+    assert!(files.len() > 5, "{} files", files.len());
+    for (path, bytes) in &files {
+        let was = std::fs::read(committed.join(path))
+            .unwrap_or_else(|e| panic!("{path}: not committed ({e})"));
+        assert!(was == *bytes, "{path} differs from the committed file");
+    }
+}
+
 /// The committed reproduction's table is what its stored results say: rebuilding it from
 /// the cells gives the committed file byte for byte, with one CDF series per configuration.
 #[test]

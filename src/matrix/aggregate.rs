@@ -156,6 +156,34 @@ impl<'a> Group<'a> {
         (w.iter().filter(|&&x| x <= bound).count(), w.len())
     }
 
+    /// The run a configuration's page draws when it draws one: among the finished runs,
+    /// the one whose median sojourn is the configuration's median (the lower middle of an
+    /// even count), by goodput where no run has a sojourn figure; the first run when none
+    /// finished.
+    pub fn representative(&self) -> &'a SummaryRow {
+        let ok = self.ok();
+        if ok.is_empty() {
+            return self.runs[0];
+        }
+        let headline = self.headline();
+        let mut ranked: Vec<(f64, &'a SummaryRow)> = ok
+            .iter()
+            .filter_map(|r| Some((headline.p50(r)? as f64, *r)))
+            .collect();
+        if ranked.is_empty() {
+            ranked = ok
+                .iter()
+                .filter_map(|r| Some((r.goodput_bps?, *r)))
+                .collect();
+        }
+        if ranked.is_empty() {
+            return ok[0];
+        }
+        // Stable: equal figures keep the order of repetition.
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+        ranked[(ranked.len() - 1) / 2].1
+    }
+
     /// `n = 5`, or `n = 4 of 5` when some runs did not finish.
     pub fn count(&self) -> String {
         let ok = self.ok().len();

@@ -1,49 +1,100 @@
-//! A run's files from its cells' stored results, in one step after everything is computed:
-//! summary.csv (one row per cell run), aggregates.csv (one row per table cell over its
-//! runs), table.md, the plots and the HTML report. Rebuilt by `scripts/matrix report DIR`
-//! at any time; the same inputs give the same bytes.
+//! A run's files from its cells' stored results: the run is read once
+//! ([`RunReport::read`]), every file is a function of that value — summary.csv (one row per
+//! cell run), aggregates.csv (one row per table cell over its runs), table.md, the plots and
+//! the HTML report — and writing them is one step after all are made. Rebuilt by
+//! `scripts/matrix report DIR` at any time; the same inputs give the same bytes.
 
 use std::path::Path;
 
 use super::aggregate;
-use super::html::CellPlots;
-use super::report::{summary_row, table_md, write_plots, CellFiles};
+use super::report::{is_report_plot, table_md};
+use super::run_report::{CellPlots, RunReport};
 use super::spec::{Cell, MatrixSpec};
+use super::svg;
+use crate::report::compressed;
 
-/// Writes summary.csv (one row per run), aggregates.csv (one row per table cell, over its
-/// runs), table.md, the plots and the HTML report (index.html, cells/) into `run_dir`;
-/// `plots` says whose plots over time the pages draw.
+/// summary.csv: one row per run.
+pub fn summary_csv(r: &RunReport<'_>) -> Result<Vec<u8>, String> {
+    let mut w = csv::Writer::from_writer(vec![]);
+    for row in &r.rows {
+        w.serialize(row).map_err(|e| e.to_string())?;
+    }
+    w.into_inner().map_err(|e| e.to_string())
+}
+
+/// aggregates.csv: one row per table cell, over its runs.
+pub fn aggregates_csv(r: &RunReport<'_>) -> Result<Vec<u8>, String> {
+    let mut w = csv::Writer::from_writer(vec![]);
+    for g in aggregate::groups(r.spec, &r.rows) {
+        w.serialize(aggregate::aggregate_row(r.spec, &g))
+            .map_err(|e| e.to_string())?;
+    }
+    w.into_inner().map_err(|e| e.to_string())
+}
+
+/// table.md: the run's name and description, the table and its notes.
+pub fn table_file(r: &RunReport<'_>) -> String {
+    format!(
+        "# {}\n\n{}\n\n{}",
+        r.spec.name.clone().unwrap_or_default(),
+        r.spec.description.trim(),
+        table_md(r.spec, &r.rows)
+    )
+}
+
+/// Every file of the report as (path in the run directory, bytes).
+pub fn files(r: &RunReport<'_>) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let mut out = vec![
+        ("summary.csv".to_string(), summary_csv(r)?),
+        ("aggregates.csv".to_string(), aggregates_csv(r)?),
+        ("table.md".to_string(), table_file(r).into_bytes()),
+    ];
+    for (name, charts) in &r.run_plots {
+        if let Some(charts) = charts {
+            out.push((format!("plots/{name}"), svg::render(charts).into_bytes()));
+        }
+    }
+    for (path, text) in super::html::site(r) {
+        out.push((path, text.into_bytes()));
+    }
+    Ok(out)
+}
+
+/// Writes summary.csv, aggregates.csv, table.md, the plots and the HTML report (index.html,
+/// cells/) into `run_dir`, and removes what an older report wrote that this one does not
+/// (its plots with nothing to draw now, per-run plots and pages); `plots` says whose plots
+/// over time the pages draw. Returns the table (table.md without its title).
 pub fn write_all(
     run_dir: &Path,
     spec: &MatrixSpec,
     cells: &[Cell],
     plots: CellPlots,
 ) -> Result<String, String> {
-    let mut rows = vec![];
-    for c in cells {
-        rows.push(summary_row(c, &CellFiles::read(&run_dir.join(&c.name))));
+    let report = RunReport::read(run_dir, spec, cells, plots);
+    let files = files(&report)?;
+    for dir in ["plots", "cells"] {
+        let dir = run_dir.join(dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    let mut w = csv::Writer::from_path(run_dir.join("summary.csv")).map_err(|e| e.to_string())?;
-    for r in &rows {
-        w.serialize(r).map_err(|e| e.to_string())?;
+    for (path, bytes) in &files {
+        let path = run_dir.join(path);
+        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    w.flush().map_err(|e| e.to_string())?;
-    let mut w =
-        csv::Writer::from_path(run_dir.join("aggregates.csv")).map_err(|e| e.to_string())?;
-    for g in aggregate::groups(spec, &rows) {
-        w.serialize(aggregate::aggregate_row(spec, &g))
-            .map_err(|e| e.to_string())?;
+    let written: std::collections::BTreeSet<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    let stale = compressed::files_in(&run_dir.join("plots"))
+        .into_iter()
+        .filter(|n| is_report_plot(n))
+        .map(|n| format!("plots/{n}"))
+        .chain(
+            compressed::files_in(&run_dir.join("cells"))
+                .into_iter()
+                .filter(|n| n.ends_with(".html"))
+                .map(|n| format!("cells/{n}")),
+        )
+        .filter(|p| !written.contains(p.as_str()));
+    for path in stale {
+        let path = run_dir.join(path);
+        std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    w.flush().map_err(|e| e.to_string())?;
-    let table = table_md(spec, &rows);
-    let title = format!(
-        "# {}\n\n{}\n\n",
-        spec.name.clone().unwrap_or_default(),
-        spec.description.trim()
-    );
-    std::fs::write(run_dir.join("table.md"), format!("{title}{table}"))
-        .map_err(|e| e.to_string())?;
-    write_plots(run_dir, spec, cells, &rows)?;
-    super::html::write_site(run_dir, spec, cells, &rows, plots)?;
-    Ok(table)
+    Ok(table_md(spec, &report.rows))
 }

@@ -8,15 +8,15 @@
 //! summary rows, each cell's meta.json and file list) plus one writer, [`write_site`].
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use super::aggregate::{self, Group};
 use super::format::rate_header;
 use super::record::{CellStatus, Meta, Status, SummaryRow};
 use super::report;
+use super::run_report::{CellPlots, RunReport};
 use super::spec::{Cell, MatrixSpec};
 use super::svg;
-use crate::report::compressed::{self, Listing};
+use crate::report::compressed::Listing;
 
 const CSS: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:80em;padding:0 1em;color:#222}\
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .5em;vertical-align:top;text-align:left}\
@@ -185,16 +185,6 @@ pub fn page(title: &str, nav: &str, body: &str) -> String {
     )
 }
 
-/// Which runs' plots over time the configuration pages draw.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum CellPlots {
-    /// One per configuration: its [`representative`] run (what a committed run keeps).
-    #[default]
-    Representative,
-    /// Every run's (`sbm-matrix report --every-plot`).
-    Every,
-}
-
 /// Where each run's part of the report is: the page of its configuration and rate (a cell
 /// of the table), named after its first run without the repetition (`2mbit-default` for
 /// `2mbit-default-r1`), and there the section named after the run.
@@ -235,33 +225,6 @@ fn page_name(g: &Group<'_>) -> String {
 /// A configuration page's address from the run directory.
 fn page_href(g: &Group<'_>) -> String {
     format!("cells/{}.html", page_name(g))
-}
-
-/// The run a configuration's page draws when it draws one: among the finished runs, the
-/// one whose median sojourn is the configuration's median (the lower middle of an even
-/// count), by goodput where no run has a sojourn figure; the first run when none finished.
-pub fn representative<'a>(g: &Group<'a>) -> &'a SummaryRow {
-    let ok = g.ok();
-    if ok.is_empty() {
-        return g.runs[0];
-    }
-    let headline = g.headline();
-    let mut ranked: Vec<(f64, &SummaryRow)> = ok
-        .iter()
-        .filter_map(|r| Some((headline.p50(r)? as f64, *r)))
-        .collect();
-    if ranked.is_empty() {
-        ranked = ok
-            .iter()
-            .filter_map(|r| Some((r.goodput_bps?, *r)))
-            .collect();
-    }
-    if ranked.is_empty() {
-        return ok[0];
-    }
-    // Stable: equal figures keep the order of repetition.
-    ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
-    ranked[(ranked.len() - 1) / 2].1
 }
 
 /// What the index says about the run as a whole, read from its cells' meta.json.
@@ -557,7 +520,7 @@ pub fn group_html(g: &Group<'_>, runs: &[RunPart<'_>], plots: CellPlots) -> Stri
         .collect();
     let _ = writeln!(body, "<p>Runs: {}</p>", links.join(", "));
     if plots == CellPlots::Representative && runs.len() > 1 {
-        let shown = representative(g);
+        let shown = g.representative();
         let _ = writeln!(
             body,
             "<p>Over time: the plot of <a href=\"#{0}\">{0}</a>, the run with the \
@@ -756,78 +719,43 @@ fn files_html(cell: &str, files: &Listing) -> String {
     }
 }
 
-/// Writes index.html and a page per configuration under cells/ into `run_dir` (after the
-/// run's plots: the index shows the SVGs that exist), and removes the pages an earlier
-/// report wrote that this one does not.
-pub fn write_site(
-    run_dir: &Path,
-    spec: &MatrixSpec,
-    cells: &[Cell],
-    rows: &[SummaryRow],
-    plots: CellPlots,
-) -> Result<(), String> {
-    let run_plots: Vec<String> = compressed::files_in(&run_dir.join("plots"))
-        .into_iter()
-        .filter(|p| p.ends_with(".svg"))
-        .collect();
-    let dir_of_pages = run_dir.join("cells");
-    std::fs::create_dir_all(&dir_of_pages)
-        .map_err(|e| format!("{}: {e}", dir_of_pages.display()))?;
-    let mut metas = Vec::with_capacity(cells.len());
-    let mut statuses = Vec::with_capacity(cells.len());
-    for cell in cells {
-        let dir = run_dir.join(&cell.name);
-        metas.push(Meta::read(&dir));
-        statuses.push(CellStatus::read(&dir));
-    }
-    let groups = aggregate::groups(spec, rows);
-    let mut written = std::collections::BTreeSet::new();
+/// The run's pages as (path in the run directory, text): a page per configuration under
+/// cells/ and index.html. A function of the run as read; export.rs writes them.
+pub fn site(r: &RunReport<'_>) -> Vec<(String, String)> {
+    let groups = aggregate::groups(r.spec, &r.rows);
+    let mut pages = Vec::with_capacity(groups.len() + 1);
     for g in &groups {
-        let shown = representative(g);
-        let mut listings = vec![];
-        let mut svgs = vec![];
-        let mut at = vec![];
-        for r in &g.runs {
-            let i = rows
-                .iter()
-                .position(|x| std::ptr::eq(x, *r))
-                .ok_or_else(|| format!("{}: a run of no cell", r.cell))?;
-            at.push(i);
-            listings.push(compressed::list_cell(&run_dir.join(&cells[i].name)));
-            let drawn = plots == CellPlots::Every || std::ptr::eq(*r, shown);
-            let charts = if drawn {
-                report::cell_charts(run_dir, &cells[i])
-            } else {
-                vec![]
-            };
-            svgs.push((!charts.is_empty()).then(|| svg::render(&charts)));
-        }
+        let at: Vec<usize> = g
+            .runs
+            .iter()
+            .filter_map(|run| r.rows.iter().position(|x| std::ptr::eq(x, *run)))
+            .collect();
+        let svgs: Vec<Option<String>> = at
+            .iter()
+            .map(|&i| (!r.cell_charts[i].is_empty()).then(|| svg::render(&r.cell_charts[i])))
+            .collect();
         let parts: Vec<RunPart<'_>> = at
             .iter()
-            .enumerate()
-            .map(|(k, &i)| RunPart {
-                cell: &cells[i],
-                row: &rows[i],
-                meta: metas[i].as_ref(),
-                files: &listings[k],
-                plot: svgs[k].as_deref(),
+            .zip(&svgs)
+            .map(|(&i, svg)| RunPart {
+                cell: &r.cells[i],
+                row: &r.rows[i],
+                meta: r.metas[i].as_ref(),
+                files: &r.listings[i],
+                plot: svg.as_deref(),
             })
             .collect();
-        let name = format!("{}.html", page_name(g));
-        let path = dir_of_pages.join(&name);
-        std::fs::write(&path, group_html(g, &parts, plots))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        written.insert(name);
+        pages.push((
+            format!("cells/{}.html", page_name(g)),
+            group_html(g, &parts, r.plots),
+        ));
     }
-    for old in compressed::files_in(&dir_of_pages) {
-        if old.ends_with(".html") && !written.contains(&old) {
-            let path = dir_of_pages.join(&old);
-            std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        }
-    }
-    let index = index_html(spec, rows, &RunFacts::of(&metas, &statuses), &run_plots);
-    let path = run_dir.join("index.html");
-    std::fs::write(&path, index).map_err(|e| format!("{}: {e}", path.display()))
+    let facts = RunFacts::of(&r.metas, &r.statuses);
+    pages.push((
+        "index.html".into(),
+        index_html(r.spec, &r.rows, &facts, &r.plot_names()),
+    ));
+    pages
 }
 
 #[cfg(test)]
@@ -903,19 +831,19 @@ mod tests {
         ];
         let g = group("a", &rows);
         // 100, 200, 300, 400: the lower middle.
-        assert_eq!(representative(&g).cell, "2mbit-a-r3");
+        assert_eq!(g.representative().cell, "2mbit-a-r3");
         let light: Vec<SummaryRow> = [(1, 5.0), (2, 9.0), (3, 7.0)]
             .into_iter()
             .map(|(r, gp)| rep("b", r, None, gp))
             .collect();
         let g = group("b", &light);
-        assert_eq!(representative(&g).cell, "2mbit-b-r3");
+        assert_eq!(g.representative().cell, "2mbit-b-r3");
         // A run that did not finish is not drawn in place of one that did.
         let mut failed = rep("c", 1, Some(1), 1.0);
         failed.status = Status::Failed;
         let rows = [failed, rep("c", 2, Some(50), 1.0)];
         let g = group("c", &rows);
-        assert_eq!(representative(&g).cell, "2mbit-c-r2");
+        assert_eq!(g.representative().cell, "2mbit-c-r2");
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod html;
 pub mod pack;
 pub mod recovery;
 pub mod report;
+pub mod run_report;
 pub mod svg;
 
 use std::path::PathBuf;
@@ -156,9 +157,9 @@ fn main_inner(cli: Cli) -> Result<i32, run::MatrixError> {
         }
         Cmd::Report { dir, every_plot } => {
             let plots = if every_plot {
-                html::CellPlots::Every
+                run_report::CellPlots::Every
             } else {
-                html::CellPlots::Representative
+                run_report::CellPlots::Representative
             };
             let table = run::rebuild_report(&dir, plots)?;
             crate::say!("{table}");

@@ -64,7 +64,7 @@ pub fn pack_run(dir: &Path) -> Result<PackSummary, MatrixError> {
         );
     }
     if sum.packed > 0 && dir.join("index.html").is_file() {
-        rebuild_report(dir, super::html::CellPlots::default())?;
+        rebuild_report(dir, super::run_report::CellPlots::default())?;
     }
     Ok(sum)
 }

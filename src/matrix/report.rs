@@ -567,27 +567,27 @@ fn cell_sojourns(dir: &Path) -> Vec<(f64, f64)> {
     out
 }
 
-pub(super) fn write_plots(
+/// The names of the plots of the run as a whole that the report owns (an older report's
+/// of them with nothing to draw now is removed): `cdf-RATE.svg`, `goodput-vs-*.svg`, and
+/// `cell-*.svg`, which reports before the configuration pages wrote.
+pub fn is_report_plot(name: &str) -> bool {
+    name.ends_with(".svg")
+        && (name.starts_with("cdf-")
+            || name.starts_with("goodput-vs-")
+            || name.starts_with("cell-"))
+}
+
+/// The plots of the run as a whole, read from its cells: each file's name and its charts,
+/// or None where there is nothing to draw (no sojourn measured: --light).
+pub(super) fn run_charts(
     run_dir: &Path,
     spec: &MatrixSpec,
     cells: &[Cell],
     rows: &[SummaryRow],
-) -> Result<(), String> {
-    let plots = run_dir.join("plots");
-    std::fs::create_dir_all(&plots).map_err(|e| e.to_string())?;
-    let write = |name: &str, charts: &[Chart]| {
-        std::fs::write(plots.join(name), svg::render(charts)).map_err(|e| format!("{name}: {e}"))
-    };
-    // A plot of the run as a whole with nothing to draw (no sojourn measured: --light) is
-    // left out, and one an earlier report wrote is removed: the pages show what exists.
-    let write_if_drawn = |name: &str, chart: Chart| {
-        if chart.series.iter().all(|s| s.points.is_empty()) {
-            return match std::fs::remove_file(plots.join(name)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("{name}: {e}")),
-                _ => Ok(()),
-            };
-        }
-        write(name, &[chart])
+) -> Vec<(String, Option<Vec<Chart>>)> {
+    let mut out = vec![];
+    let drawn = |chart: Chart| -> Option<Vec<Chart>> {
+        (!chart.series.iter().all(|s| s.points.is_empty())).then(|| vec![chart])
     };
     // Per rate: the sojourn CDF of every configuration on one log axis.
     for rate in &spec.axes.rate {
@@ -628,23 +628,19 @@ pub(super) fn write_plots(
                 style: Style::Line,
             });
         }
-        write_if_drawn(&format!("cdf-{}.svg", rate.to_ascii_lowercase()), chart)?;
-    }
-    // Plots of one cell are drawn into its configuration's page (html.rs), not written
-    // here; files an older report wrote per cell go.
-    for name in compressed::files_in(&plots) {
-        if name.starts_with("cell-") && name.ends_with(".svg") {
-            std::fs::remove_file(plots.join(&name)).map_err(|e| format!("{name}: {e}"))?;
-        }
+        out.push((
+            format!("cdf-{}.svg", rate.to_ascii_lowercase()),
+            drawn(chart),
+        ));
     }
     let period = &spec.uml.cpu_period;
     if !spec.axes.cpu_quota.is_empty() {
         let charts = cpu_share_charts(run_dir, cells, rows, ShareAxis::Quota, period);
-        write("goodput-vs-cpu-quota.svg", &charts)?;
+        out.push(("goodput-vs-cpu-quota.svg".into(), Some(charts)));
     }
     if !spec.axes.cpu_slices.is_empty() {
         let charts = cpu_share_charts(run_dir, cells, rows, ShareAxis::EveryModel, period);
-        write("goodput-vs-cpu-share.svg", &charts)?;
+        out.push(("goodput-vs-cpu-share.svg".into(), Some(charts)));
     }
     // Goodput against median sojourn, one series per rate.
     let mut chart = Chart {
@@ -694,7 +690,8 @@ pub(super) fn write_plots(
         chart.y_log = true;
         chart.y_label = "goodput (Mb/s, log)".into();
     }
-    write_if_drawn("goodput-vs-sojourn.svg", chart)
+    out.push(("goodput-vs-sojourn.svg".into(), drawn(chart)));
+    out
 }
 
 /// One cell over time, what a reader needs to understand it: the sojourn of every write by

@@ -12,13 +12,13 @@ use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::signal::Signal;
 
 use super::argv::{emulated_sink, send_args, send_flows};
-use super::html::CellPlots;
 use super::process::{
     bin_dir, fmt_dur, last_error_line, now_unix_s, spawn_logged, stop_child, testbed_status,
     utc_stamp, wait_child, NsSysctls, Waited,
 };
 use super::record::Meta;
 use super::record::{CellStatus, Status};
+use super::run_report::CellPlots;
 use super::schedule;
 use super::spec::{Cell, MatrixSpec, SenderKernel, SpecError, Workload};
 use super::store::store_cell;
