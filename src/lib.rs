@@ -65,7 +65,8 @@
 //!   `matrix::run_report` reads a run directory once (`RunReport`: rows, meta.json,
 //!   cell.json, listings, charts); `matrix::report`, `matrix::aggregate`, `matrix::html`,
 //!   `matrix::svg`, `matrix::recovery`, `matrix::compare` and `matrix::format` make text and
-//!   pictures from it, and `matrix::export` has the exporters (a run's files as functions of
+//!   pictures from it (prose and tables as `matrix::doc` blocks, written as markdown or
+//!   HTML from the same blocks), and `matrix::export` has the exporters (a run's files as functions of
 //!   its `RunReport`) and the one step that writes them.
 //! - [`embedded`]: the presets and kernel inputs built into the binaries (build.rs), for
 //!   installs without the source tree. (Man pages and completions: `cargo xtask`, xtask/.)

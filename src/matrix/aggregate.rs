@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::doc::{Block, Doc};
 use super::format::{fmt_delay, fmt_rate, rate_header};
 use super::record::{Headline, Status, SummaryRow};
 use super::spec::{MatrixSpec, ReportValues};
@@ -291,11 +292,11 @@ pub fn aggregate_row(spec: &MatrixSpec, g: &Group<'_>) -> AggregateRow {
 
 /// "## Trapped runs": per cell, how many runs stayed at or below the matrix's
 /// writes-per-RTT bound, beside the runs' writes per RTT.
-pub fn trapped_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
+pub fn trapped(spec: &MatrixSpec, groups: &[Group<'_>]) -> Doc {
     let Some(bound) = spec.trapped_at_writes_per_rtt else {
-        return String::new();
+        return Doc::default();
     };
-    let mut lines = vec![];
+    let mut rows = vec![];
     for g in groups {
         let (trapped, of) = g.trapped(bound);
         let wpr = g
@@ -309,21 +310,21 @@ pub fn trapped_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
                 100.0 * trapped as f64 / of as f64
             )
         };
-        lines.push(format!(
-            "| {} | {} | {share} | {wpr} |",
-            g.row,
-            rate_header(&g.rate)
-        ));
+        rows.push(vec![g.row.clone(), rate_header(&g.rate), share, wpr]);
     }
-    format!(
-        "\n## Trapped runs\n\nA run counts as trapped (locked to a few writes per round trip, the report's §6) when the median of its per-interval writes per RTT after the warm-up is at most {bound}.\n\n| sender configuration | rate | trapped runs | writes per RTT, median (min–max) |\n|---|---|---|---|\n{}\n",
-        lines.join("\n")
-    )
+    Doc(vec![
+        Block::Heading(2, "Trapped runs".into()),
+        Block::Para(format!("A run counts as trapped (locked to a few writes per round trip, the report's §6) when the median of its per-interval writes per RTT after the warm-up is at most {bound}.")),
+        Block::Table {
+            header: ["sender configuration", "rate", "trapped runs", "writes per RTT, median (min–max)"].map(String::from).to_vec(),
+            rows,
+        },
+    ])
 }
 
 /// "## Content age": for cells with an application-limited source, the age of the content
 /// at the sink and the frames dropped as stale, over the runs.
-pub fn content_age_md(groups: &[Group<'_>]) -> String {
+pub fn content_age(groups: &[Group<'_>]) -> Doc {
     let mut lines = vec![];
     for g in groups {
         let ok = g.ok();
@@ -341,24 +342,37 @@ pub fn content_age_md(groups: &[Group<'_>]) -> String {
             .iter()
             .filter_map(|r| Some(r.frames_dropped? as f64 / r.frames_generated?.max(1) as f64))
             .map(|x| x * 100.0);
-        lines.push(format!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            g.row,
+        lines.push(vec![
+            g.row.clone(),
             rate_header(&g.rate),
-            runs[0].content_source.as_deref().unwrap_or(""),
+            runs[0].content_source.clone().unwrap_or_default(),
             show(spread(|r| r.content_age_p50_us), &delay),
             show(spread(|r| r.content_age_p95_us), &delay),
             show(Spread::of(dropped), &|x| format!("{x:.1} %")),
             recovery_text(&runs),
-        ));
+        ]);
     }
     if lines.is_empty() {
-        return String::new();
+        return Doc::default();
     }
-    format!(
-        "\n## Content age\n\nApplication-limited sources: the age of the content when the sink read its last byte (read time − content time), over the frames generated after the warm-up, and the share of frames dropped as stale; medians of the runs with their range. With rate changes, the seconds after each change until the age was back at its floor (the median age before the first change; back = every frame of the next second within the larger of 25 % and 10 ms above it; docs/output.md, `age_recovery_s`).\n\n| sender configuration | rate | source | age at the sink, p50 | p95 | dropped | back at the floor after each change (s) |\n|---|---|---|---|---|---|---|\n{}\n",
-        lines.join("\n")
-    )
+    Doc(vec![
+        Block::Heading(2, "Content age".into()),
+        Block::Para("Application-limited sources: the age of the content when the sink read its last byte (read time − content time), over the frames generated after the warm-up, and the share of frames dropped as stale; medians of the runs with their range. With rate changes, the seconds after each change until the age was back at its floor (the median age before the first change; back = every frame of the next second within the larger of 25 % and 10 ms above it; docs/output.md, `age_recovery_s`).".into()),
+        Block::Table {
+            header: [
+                "sender configuration",
+                "rate",
+                "source",
+                "age at the sink, p50",
+                "p95",
+                "dropped",
+                "back at the floor after each change (s)",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: lines,
+        },
+    ])
 }
 
 /// Per rate change, the runs' seconds until the age was back at its floor: their median
@@ -404,7 +418,7 @@ pub fn figures(g: &Group<'_>) -> Option<String> {
 
 /// "## Against the report": for every cell the matrix file gives a report figure for, the
 /// report's value against this run's spread.
-pub fn against_report_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
+pub fn against_report(spec: &MatrixSpec, groups: &[Group<'_>]) -> Doc {
     let mut lines = vec![];
     for g in groups {
         let Some(figure) = spec
@@ -465,22 +479,33 @@ pub fn against_report_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
         } else {
             verdicts.join("; ")
         };
-        lines.push(format!(
-            "| {} | {} | {} | {} | {} |",
-            g.row,
+        lines.push(vec![
+            g.row.clone(),
             rate_header(&g.rate),
-            report.replace('|', "/"),
+            report,
             g.count(),
-            verdict
-        ));
+            verdict,
+        ]);
     }
     if lines.is_empty() {
-        return String::new();
+        return Doc::default();
     }
-    format!(
-        "\n## Against the report\n\nThe report's figure for a cell is inside our spread when it lies between the smallest and the largest of our runs' figures.\n\n| sender configuration | rate | the report | runs | the report against our runs |\n|---|---|---|---|---|\n{}\n",
-        lines.join("\n")
-    )
+    Doc(vec![
+        Block::Heading(2, "Against the report".into()),
+        Block::Para("The report's figure for a cell is inside our spread when it lies between the smallest and the largest of our runs' figures.".into()),
+        Block::Table {
+            header: [
+                "sender configuration",
+                "rate",
+                "the report",
+                "runs",
+                "the report against our runs",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: lines,
+        },
+    ])
 }
 
 #[cfg(test)]

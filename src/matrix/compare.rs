@@ -8,10 +8,10 @@
 //! run and warm-up times. Runs of different kernels or sbm versions with the same cells
 //! compare; a cell whose settings changed is listed as only in one run.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::aggregate::Spread;
+use super::doc::{Block, Doc};
 use super::format::{fmt_delay, fmt_rate, rate_header};
 use super::record::{Headline, Status, SummaryRow};
 use super::report::{summary_row, CellFiles};
@@ -228,7 +228,9 @@ fn configurations(r: &Run) -> String {
 /// The comparison as markdown: every cell of the first run (the baseline) against the
 /// others, then the cells found only in some runs. An error when a run shares no cell with
 /// the baseline: there is nothing to compare, and an empty table would look like an answer.
-pub fn compare_md(runs: &[Run]) -> Result<String, String> {
+/// The runs' cells side by side (`sbm-matrix compare`), as blocks: markdown with
+/// [`Doc::md`], a page with [`compare_html`].
+pub fn compare(runs: &[Run]) -> Result<Doc, String> {
     let letter = |i: usize| char::from(b'A' + (i % 26) as u8);
     for (i, r) in runs.iter().enumerate().skip(1) {
         if !r.cells.iter().any(|(id, _)| runs[0].entry(id).is_some()) {
@@ -244,27 +246,26 @@ pub fn compare_md(runs: &[Run]) -> Result<String, String> {
             ));
         }
     }
-    let mut out = String::from("# Comparison of runs\n\n");
-    for (i, r) in runs.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "- {}: `{}` ({}, {})",
-            letter(i),
-            r.dir.display(),
-            r.name,
-            cell_count(r)
-        );
-    }
-    out.push_str("\nCells are matched by what they do (bottleneck, sender and sink arguments, write size, Nagle, congestion control, sender kernel and guest settings, CPU quota, run and warm-up times), not by names. Each figure: median / p95 delay @ goodput, the median of the runs with their range and n. Against the baseline A: the change of each median and when both sides have n ≥ 2, whether their ranges are apart — **beyond the spread** — or overlap (with n = 1 on either side there is no spread to judge by, and the change is only the difference).\n\n");
-    let _ = write!(out, "| configuration | rate |");
-    for i in 0..runs.len() {
-        let _ = write!(out, " {} |", letter(i));
-    }
-    for i in 1..runs.len() {
-        let _ = write!(out, " {} against A |", letter(i));
-    }
-    out.push('\n');
-    let _ = writeln!(out, "|---|---|{}", "---|".repeat(2 * runs.len() - 1));
+    let mut doc = Doc::default();
+    doc.push(Block::Heading(1, "Comparison of runs".into()));
+    doc.push(Block::List(
+        runs.iter()
+            .enumerate()
+            .map(|(i, r)| {
+                format!(
+                    "{}: `{}` ({}, {})",
+                    letter(i),
+                    r.dir.display(),
+                    r.name,
+                    cell_count(r)
+                )
+            })
+            .collect(),
+    ));
+    doc.push(Block::Para("Cells are matched by what they do (bottleneck, sender and sink arguments, write size, Nagle, congestion control, sender kernel and guest settings, CPU quota, run and warm-up times), not by names. Each figure: median / p95 delay @ goodput, the median of the runs with their range and n. Against the baseline A: the change of each median and when both sides have n ≥ 2, whether their ranges are apart — **beyond the spread** — or overlap (with n = 1 on either side there is no spread to judge by, and the change is only the difference).".into()));
+    let mut header = vec!["configuration".to_string(), "rate".to_string()];
+    header.extend((0..runs.len()).map(|i| letter(i).to_string()));
+    header.extend((1..runs.len()).map(|i| format!("{} against A", letter(i))));
     let mut all_ids: Vec<&str> = vec![];
     for r in runs {
         for (id, _) in &r.cells {
@@ -273,6 +274,7 @@ pub fn compare_md(runs: &[Run]) -> Result<String, String> {
             }
         }
     }
+    let mut rows = vec![];
     let mut partial: Vec<(String, Vec<char>)> = vec![];
     for id in &all_ids {
         let entries: Vec<Option<&Entry>> = runs.iter().map(|r| r.entry(id)).collect();
@@ -292,15 +294,8 @@ pub fn compare_md(runs: &[Run]) -> Result<String, String> {
             continue;
         }
         let figs: Vec<Figures> = entries.iter().flatten().map(|e| figures(&e.rows)).collect();
-        let _ = write!(
-            out,
-            "| {} | {} |",
-            first.label.replace('|', "/"),
-            first.rate
-        );
-        for f in &figs {
-            let _ = write!(out, " {} |", cell_text(f));
-        }
+        let mut row = vec![first.label.clone(), first.rate.clone()];
+        row.extend(figs.iter().map(cell_text));
         for f in &figs[1..] {
             let parts: Vec<String> = [
                 judge("median", figs[0].p50, f.p50),
@@ -310,15 +305,15 @@ pub fn compare_md(runs: &[Run]) -> Result<String, String> {
             .into_iter()
             .flatten()
             .collect();
-            let text = if parts.is_empty() {
+            row.push(if parts.is_empty() {
                 "nothing to compare".into()
             } else {
                 parts.join("; ")
-            };
-            let _ = write!(out, " {text} |");
+            });
         }
-        out.push('\n');
+        rows.push(row);
     }
+    doc.push(Block::Table { header, rows });
     let schemas: Vec<Vec<&str>> = runs.iter().map(Run::goodput_schemas).collect();
     if schemas.iter().any(|s| *s != schemas[0]) {
         let said: Vec<String> = schemas
@@ -326,37 +321,40 @@ pub fn compare_md(runs: &[Run]) -> Result<String, String> {
             .enumerate()
             .map(|(i, s)| format!("{} schema {}", letter(i), s.join(" and ")))
             .collect();
-        let _ = writeln!(
-            out,
-            "\nGoodput is not the same quantity in every run ({}): summary schema 1 counted every byte acknowledged after the warm-up, bytes in flight at its end included; schema 2 only bytes that entered the network after it (docs/output.md, `totals.goodput_bps`). A goodput difference between them is partly the definition's.",
+        doc.push(Block::Para(format!(
+            "Goodput is not the same quantity in every run ({}): summary schema 1 counted every byte acknowledged after the warm-up, bytes in flight at its end included; schema 2 only bytes that entered the network after it (docs/output.md, `totals.goodput_bps`). A goodput difference between them is partly the definition's.",
             said.join(", ")
-        );
+        )));
     }
     if !partial.is_empty() {
-        out.push_str(
-            "\nCells not in every run (their settings differ, or a run left them out):\n\n",
-        );
-        for (cell, present) in &partial {
-            let _ = writeln!(
-                out,
-                "- {cell}: only in {}",
-                present
-                    .iter()
-                    .map(char::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
+        doc.push(Block::Para(
+            "Cells not in every run (their settings differ, or a run left them out):".into(),
+        ));
+        doc.push(Block::List(
+            partial
+                .iter()
+                .map(|(cell, present)| {
+                    format!(
+                        "{cell}: only in {}",
+                        present
+                            .iter()
+                            .map(char::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+                .collect(),
+        ));
     }
-    Ok(out)
+    Ok(doc)
 }
 
-/// The comparison as a self-contained web page (the same text as [`compare_md`]).
-pub fn compare_html(md: &str) -> String {
+/// The comparison as a self-contained web page (the same text as [`compare`]'s markdown).
+pub fn compare_html(doc: &Doc) -> String {
     super::html::page(
         "Comparison of runs",
         "",
-        &super::html::md_to_html(md, &|_| None),
+        &super::html::doc_html(doc, &|_| None),
     )
 }
 

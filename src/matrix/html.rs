@@ -4,12 +4,13 @@
 //! are its own SVGs under `plots/`, a run's plot over time is drawn into its page, the
 //! data are the cells' own files, linked.
 //!
-//! Pure functions of what the run stored (table.md's text through [`md_to_html`], the
+//! Pure functions of what the run stored (table.md's notes as blocks through [`doc_html`], the
 //! summary rows, each cell's meta.json and file list) plus one writer, [`write_site`].
 
 use std::fmt::Write as _;
 
 use super::aggregate::{self, Group};
+use super::doc::{Block, Doc};
 use super::format::rate_header;
 use super::record::{CellStatus, Meta, Status, SummaryRow};
 use super::report;
@@ -79,90 +80,55 @@ fn inline(s: &str) -> String {
     out
 }
 
-/// The markdown sbm writes (table.md's notes, compare's output) as HTML: `#` headings,
-/// pipe tables, `- ` lists and paragraphs, with [`inline`] markup. A table cell whose whole
-/// text `link` knows (a cell's name) becomes a link to what it returns.
-pub fn md_to_html(md: &str, link: &dyn Fn(&str) -> Option<String>) -> String {
+/// A report's text ([`Doc`]: table.md's notes, compare's output) as HTML, from its blocks:
+/// headings, paragraphs, tables (a long one folded), lists, with [`inline`] markup. A table
+/// cell whose whole text `link` knows (a cell's name) becomes a link to what it returns.
+pub fn doc_html(doc: &Doc, link: &dyn Fn(&str) -> Option<String>) -> String {
     let mut out = String::new();
-    let lines: Vec<&str> = md.lines().collect();
-    let mut i = 0;
-    while i < lines.len() {
-        let line = lines[i].trim_end();
-        if line.trim().is_empty() {
-            i += 1;
-        } else if let Some((level, text)) = heading(line) {
-            let _ = writeln!(out, "<h{level}>{}</h{level}>", inline(text));
-            i += 1;
-        } else if line.starts_with('|') {
-            let start = i;
-            while i < lines.len() && lines[i].starts_with('|') {
-                i += 1;
+    for block in &doc.0 {
+        match block {
+            Block::Heading(level, text) => {
+                let _ = writeln!(out, "<h{level}>{}</h{level}>", inline(text));
             }
-            let table = table_html(&lines[start..i], link);
-            // A long table (per-cell estimator figures, say) folds, so that the page's
-            // plots and notes are not pushed pages down.
-            let rows = i - start - 2;
-            if rows > FOLD_ROWS {
-                let _ = writeln!(
-                    out,
-                    "<details><summary>table of {rows} rows (click to show)</summary>\n{table}</details>"
-                );
-            } else {
-                out.push_str(&table);
+            Block::Para(text) => {
+                let _ = writeln!(out, "<p>{}</p>", inline(text));
             }
-        } else if line.starts_with("- ") {
-            out.push_str("<ul>\n");
-            while i < lines.len() && lines[i].starts_with("- ") {
-                let _ = writeln!(out, "<li>{}</li>", inline(&lines[i][2..]));
-                i += 1;
+            Block::Table { header, rows } => {
+                let table = table_html(header, rows, link);
+                // A long table (per-cell estimator figures, say) folds, so that the page's
+                // plots and notes are not pushed pages down.
+                if rows.len() > FOLD_ROWS {
+                    let _ = writeln!(
+                        out,
+                        "<details><summary>table of {} rows (click to show)</summary>\n{table}</details>",
+                        rows.len()
+                    );
+                } else {
+                    out.push_str(&table);
+                }
             }
-            out.push_str("</ul>\n");
-        } else {
-            let start = i;
-            while i < lines.len()
-                && !lines[i].trim().is_empty()
-                && !lines[i].starts_with('|')
-                && !lines[i].starts_with("- ")
-                && heading(lines[i]).is_none()
-            {
-                i += 1;
+            Block::List(items) => {
+                out.push_str("<ul>\n");
+                for i in items {
+                    let _ = writeln!(out, "<li>{}</li>", inline(i));
+                }
+                out.push_str("</ul>\n");
             }
-            let text: Vec<String> = lines[start..i].iter().map(|l| inline(l.trim())).collect();
-            let _ = writeln!(out, "<p>{}</p>", text.join(" "));
         }
     }
     out
 }
 
-fn heading(line: &str) -> Option<(usize, &str)> {
-    let level = line.bytes().take_while(|&b| b == b'#').count();
-    (1..=4)
-        .contains(&level)
-        .then(|| line[level..].strip_prefix(' '))
-        .flatten()
-        .map(|t| (level, t))
-}
-
-fn table_cells(line: &str) -> Vec<&str> {
-    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
-    inner.split('|').map(str::trim).collect()
-}
-
-fn table_html(lines: &[&str], link: &dyn Fn(&str) -> Option<String>) -> String {
+fn table_html(
+    header: &[String],
+    rows: &[Vec<String>],
+    link: &dyn Fn(&str) -> Option<String>,
+) -> String {
     let mut out = String::from("<table>\n");
-    let is_rule = |l: &str| {
-        table_cells(l)
-            .iter()
-            .all(|c| c.chars().all(|ch| ch == '-' || ch == ':'))
-    };
-    let has_header = lines.len() > 1 && is_rule(lines[1]);
-    for (n, line) in lines.iter().enumerate() {
-        if has_header && n == 1 {
-            continue;
-        }
-        let tag = if has_header && n == 0 { "th" } else { "td" };
+    let mut row = |tag: &str, cells: &[String]| {
         out.push_str("<tr>");
-        for cell in table_cells(line) {
+        for cell in cells {
+            let cell = cell.trim();
             let body = match link(cell) {
                 Some(href) => format!("<a href=\"{}\">{}</a>", escape(&href), escape(cell)),
                 None => inline(cell),
@@ -170,6 +136,10 @@ fn table_html(lines: &[&str], link: &dyn Fn(&str) -> Option<String>) -> String {
             let _ = write!(out, "<{tag}>{body}</{tag}>");
         }
         out.push_str("</tr>\n");
+    };
+    row("th", header);
+    for r in rows {
+        row("td", r);
     }
     out.push_str("</table>\n");
     out
@@ -291,7 +261,7 @@ pub fn index_html(
     }
     let pages = Pages::of(&groups);
     let link = |text: &str| pages.run_href(text);
-    body.push_str(&md_to_html(&report::notes_md(spec, rows, &groups), &link));
+    body.push_str(&doc_html(&report::notes(spec, rows, &groups), &link));
     body.push_str("<h2>Files</h2>\n<ul>\n");
     for (file, what) in [
         ("table.md", "this table as markdown"),
@@ -774,10 +744,18 @@ mod tests {
     }
 
     #[test]
-    fn markdown_tables_lists_and_inline_markup() {
-        let md = "## Against\n\nsome `code` and **bold** <b>\n\n| a | b |\n|---|---|\n| cell-1 | x **y** |\n\n- one\n- two\n";
+    fn blocks_become_headings_paragraphs_tables_and_lists() {
+        let doc = Doc(vec![
+            Block::Heading(2, "Against".into()),
+            Block::Para("some `code` and **bold** <b>".into()),
+            Block::Table {
+                header: vec!["a".into(), "b".into()],
+                rows: vec![vec!["cell-1".into(), "x **y**".into()]],
+            },
+            Block::List(vec!["one".into(), "two".into()]),
+        ]);
         let link = |t: &str| (t == "cell-1").then(|| "cells/cell-1.html".to_string());
-        let html = md_to_html(md, &link);
+        let html = doc_html(&doc, &link);
         assert!(html.contains("<h2>Against</h2>"), "{html}");
         assert!(
             html.contains("<p>some <code>code</code> and <strong>bold</strong> &lt;b&gt;</p>"),
@@ -790,7 +768,20 @@ mod tests {
             ),
             "{html}"
         );
-        assert!(!html.contains("---"), "the rule row is not a row: {html}");
+        assert!(!html.contains("---"), "no rule row: {html}");
+        // A long table folds.
+        let long = Doc(vec![Block::Table {
+            header: vec!["n".into()],
+            rows: (0..=FOLD_ROWS).map(|i| vec![i.to_string()]).collect(),
+        }]);
+        let folded = doc_html(&long, &|_| None);
+        assert!(
+            folded.starts_with(&format!(
+                "<details><summary>table of {} rows",
+                FOLD_ROWS + 1
+            )),
+            "{folded}"
+        );
         assert!(
             html.contains("<ul>\n<li>one</li>\n<li>two</li>\n</ul>"),
             "{html}"

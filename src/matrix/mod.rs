@@ -17,6 +17,7 @@ pub mod store;
 pub mod aggregate;
 pub mod cell_series;
 pub mod compare;
+pub mod doc;
 pub mod export;
 pub mod format;
 pub mod html;
@@ -197,8 +198,9 @@ fn main_inner(cli: Cli) -> Result<i32, run::MatrixError> {
                 .map(|d| compare::Run::read(d))
                 .collect::<Result<_, _>>()
                 .map_err(run::MatrixError::Compare)?;
-            let md = compare::compare_md(&read).map_err(run::MatrixError::Compare)?;
-            let page = html.map(|path| (path, compare::compare_html(&md)));
+            let doc = compare::compare(&read).map_err(run::MatrixError::Compare)?;
+            let md = doc.md();
+            let page = html.map(|path| (path, compare::compare_html(&doc)));
             for (path, text) in out.map(|p| (p, md.clone())).into_iter().chain(page) {
                 std::fs::write(&path, text).map_err(|source| run::MatrixError::File {
                     path: path.clone(),

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use super::aggregate::{self, Group};
 use super::cell_series::{interval_series, thin, WriteSeries};
+use super::doc::{Block, Doc};
 use super::format::{fmt_delay, fmt_rate, rate_header};
 use super::record::{CellStatus, Headline, Meta, Status, SummaryRow};
 use super::spec::{Cell, MatrixSpec};
@@ -336,7 +337,8 @@ pub fn table_cell(g: &Group<'_>) -> String {
 pub fn table_md(spec: &MatrixSpec, rows: &[SummaryRow]) -> String {
     let groups = aggregate::groups(spec, rows);
     let mut out = main_table_md(spec, &groups);
-    out.push_str(&notes_md(spec, rows, &groups));
+    out.push('\n');
+    out.push_str(&notes(spec, rows, &groups).md());
     out
 }
 
@@ -366,36 +368,37 @@ fn main_table_md(spec: &MatrixSpec, groups: &[Group<'_>]) -> String {
 
 /// Everything table.md says below its main table: what the cells mean, the path as
 /// installed, schedules, the comparison with the report, traps, content age, estimators.
-pub fn notes_md(spec: &MatrixSpec, rows: &[SummaryRow], groups: &[Group<'_>]) -> String {
+/// table.md writes it as markdown, the index page as HTML.
+pub fn notes(spec: &MatrixSpec, rows: &[SummaryRow], groups: &[Group<'_>]) -> Doc {
     let rates = &spec.axes.rate;
-    let mut out = String::new();
-    out.push_str("\nCells: median / p95 source queueing delay of the writes after the warm-up @ goodput (bytes that entered the network after the warm-up and were acknowledged by the end of writing, over that time). Delay = write → departure of its last byte from the socket, from the snd_nxt sampler (every write, bracketed; error bounds below); cells marked (TX_SCHED) come from TX_SCHED reports (exact and coalesced writes) because the run had no sampler. With several runs of a cell (n), each figure is the median of the runs' figures, with the smallest and largest run in brackets.\n");
+    let mut doc = Doc::default();
+    doc.push(Block::Para("Cells: median / p95 source queueing delay of the writes after the warm-up @ goodput (bytes that entered the network after the warm-up and were acknowledged by the end of writing, over that time). Delay = write → departure of its last byte from the socket, from the snd_nxt sampler (every write, bracketed; error bounds below); cells marked (TX_SCHED) come from TX_SCHED reports (exact and coalesced writes) because the run had no sampler. With several runs of a cell (n), each figure is the median of the runs' figures, with the smallest and largest run in brackets.".into()));
     if rows.iter().any(|r| r.departure_p50_us.is_some()) {
-        out.push_str("\nCells marked (departure): delay = write → the exact departure of its last byte, from per-packet sequence numbers (BPF; every write, no bracket) — sbm-send's `--exact-departures`, or sbm-trace for command cells (`workload = \"command\"`: an unmodified server; goodput there = bytes acknowledged after the warm-up over the time to the last acknowledgement the trace saw; the cell's trace.json and conn-N/).\n");
+        doc.push(Block::Para("Cells marked (departure): delay = write → the exact departure of its last byte, from per-packet sequence numbers (BPF; every write, no bracket) — sbm-send's `--exact-departures`, or sbm-trace for command cells (`workload = \"command\"`: an unmodified server; goodput there = bytes acknowledged after the warm-up over the time to the last acknowledgement the trace saw; the cell's trace.json and conn-N/).".into()));
     }
     if rows
         .iter()
         .any(|r| r.status == Status::Ok && r.summary_schema < 2 && r.departed.is_none())
     {
-        out.push_str("\nSome cells were measured by an sbm whose summary counted, as goodput, every byte acknowledged after the warm-up (summary schema 1), bytes already in flight at its end included; schema 2 counts only bytes that entered the network after it (docs/output.md, `totals.goodput_bps`). Column `summary_schema` of summary.csv says which.\n");
+        doc.push(Block::Para("Some cells were measured by an sbm whose summary counted, as goodput, every byte acknowledged after the warm-up (summary schema 1), bytes already in flight at its end included; schema 2 counts only bytes that entered the network after it (docs/output.md, `totals.goodput_bps`). Column `summary_schema` of summary.csv says which.".into()));
     }
-    out.push_str(&path_md(spec));
+    doc.0.extend(path(spec));
     for rate in rates {
         if let Some(note) = spec.rates.get(rate).and_then(|o| o.note.as_ref()) {
-            let _ = writeln!(out, "\n{}: {note}", rate_header(rate));
+            doc.push(Block::Para(format!("{}: {note}", rate_header(rate))));
         }
     }
-    out.push_str(&schedules_md(spec));
-    out.push_str(&aggregate::against_report_md(spec, groups));
-    out.push_str(&aggregate::trapped_md(spec, groups));
-    out.push_str(&aggregate::content_age_md(groups));
-    out.push_str(&estimators_md(rows));
-    out
+    doc.0.extend(schedules(spec));
+    doc.append(aggregate::against_report(spec, groups));
+    doc.append(aggregate::trapped(spec, groups));
+    doc.append(aggregate::content_age(groups));
+    doc.append(estimators(rows));
+    doc
 }
 
 /// The path as installed: RTT, and per rate the bottleneck queue in bytes and in time
 /// at the rate, saying where the queue asked for was raised to the floor.
-fn path_md(spec: &MatrixSpec) -> String {
+fn path(spec: &MatrixSpec) -> Option<Block> {
     let mut parts = vec![];
     for rate in &spec.axes.rate {
         let Ok(Some(rate_bps)) = super::spec::parse_rate(spec.start_rate(rate)) else {
@@ -432,22 +435,22 @@ fn path_md(spec: &MatrixSpec) -> String {
         });
     }
     if parts.is_empty() {
-        return String::new();
+        return None;
     }
     let rtt = if spec.path.is_hosts() {
         "real hosts, RTT measured before each cell (meta.json hosts.rtt_before)".to_string()
     } else {
         format!("RTT {}", spec.path.rtt)
     };
-    format!(
-        "\nPath: {rtt}, bottleneck queue as installed: {}.\n",
+    Some(Block::Para(format!(
+        "Path: {rtt}, bottleneck queue as installed: {}.",
         parts.join("; ")
-    )
+    )))
 }
 
 /// The rate columns whose bottleneck changes during each cell, step by step.
-fn schedules_md(spec: &MatrixSpec) -> String {
-    let mut out = String::new();
+fn schedules(spec: &MatrixSpec) -> Vec<Block> {
+    let mut out = vec![];
     for rate in &spec.axes.rate {
         let Some(o) = spec.rates.get(rate).filter(|o| !o.schedule.is_empty()) else {
             continue;
@@ -463,13 +466,12 @@ fn schedules_md(spec: &MatrixSpec) -> String {
                 format!("{} at {}{q}", rate_header(&s.rate), s.at)
             })
             .collect();
-        let _ = writeln!(
-            out,
-            "\n{}: the bottleneck starts at {} and changes to {}, times after the sender connected (each cell's meta.json `rate_changes` says when each took effect).",
+        out.push(Block::Para(format!(
+            "{}: the bottleneck starts at {} and changes to {}, times after the sender connected (each cell's meta.json `rate_changes` says when each took effect).",
             rate_header(rate),
             rate_header(spec.start_rate(rate)),
             steps.join(", then ")
-        );
+        )));
     }
     out
 }
@@ -480,10 +482,8 @@ fn opt_delay(v: Option<u64>) -> String {
 
 /// Both departure estimators of every cell side by side, with the share of writes that
 /// had their own TX_SCHED report.
-pub fn estimators_md(rows: &[SummaryRow]) -> String {
-    let mut out = String::from(
-        "\n## Estimators side by side\n\n| cell | sampled p50 / p95 (± error p50) | TX_SCHED exact+coalesced p50 / p95 | TX_SCHED exact only p50 / p95 | writes with their own report |\n|---|---|---|---|---|\n",
-    );
+pub fn estimators(rows: &[SummaryRow]) -> Doc {
+    let mut table = vec![];
     for r in rows.iter().filter(|r| r.status == Status::Ok) {
         let all = r.exact.unwrap_or(0)
             + r.coalesced.unwrap_or(0)
@@ -497,21 +497,42 @@ pub fn estimators_md(rows: &[SummaryRow]) -> String {
         } else {
             "—".into()
         };
-        let _ = writeln!(
-            out,
-            "| {} | {} / {} (± {}) | {} / {} | {} / {} | {} |",
-            r.cell,
-            opt_delay(r.sampled_p50_us),
-            opt_delay(r.sampled_p95_us),
-            opt_delay(r.sampled_error_p50_us),
-            opt_delay(r.sojourn_p50_us),
-            opt_delay(r.sojourn_p95_us),
-            opt_delay(r.sojourn_exact_p50_us),
-            opt_delay(r.sojourn_exact_p95_us),
-            share
-        );
+        table.push(vec![
+            r.cell.clone(),
+            format!(
+                "{} / {} (± {})",
+                opt_delay(r.sampled_p50_us),
+                opt_delay(r.sampled_p95_us),
+                opt_delay(r.sampled_error_p50_us)
+            ),
+            format!(
+                "{} / {}",
+                opt_delay(r.sojourn_p50_us),
+                opt_delay(r.sojourn_p95_us)
+            ),
+            format!(
+                "{} / {}",
+                opt_delay(r.sojourn_exact_p50_us),
+                opt_delay(r.sojourn_exact_p95_us)
+            ),
+            share,
+        ]);
     }
-    out
+    Doc(vec![
+        Block::Heading(2, "Estimators side by side".into()),
+        Block::Table {
+            header: [
+                "cell",
+                "sampled p50 / p95 (± error p50)",
+                "TX_SCHED exact+coalesced p50 / p95",
+                "TX_SCHED exact only p50 / p95",
+                "writes with their own report",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: table,
+        },
+    ])
 }
 
 /// The traced connection a command cell's figures come from: the one that carried the most.
