@@ -377,20 +377,25 @@ fn every_committed_table_rebuilds_identically() {
             std::fs::read_to_string(run.join("table.md")).unwrap(),
             "{name}/table.md does not rebuild from its cells"
         );
-        // A picture only of what ran: no cell plot without the cell's directory (a run
-        // still in progress has cells that have not run yet).
-        for plot in std::fs::read_dir(copy.join("plots")).unwrap().flatten() {
-            let file = plot.file_name().to_string_lossy().into_owned();
-            if let Some(cell) = file
-                .strip_prefix("cell-")
-                .and_then(|f| f.strip_suffix(".svg"))
-            {
-                assert!(
-                    sbm::report::compressed::is_dir(&copy.join(cell)),
-                    "{name}: plots/{file} drawn for a cell that has not run"
-                );
+        // A picture only of what ran: a run's section of its configuration's page draws
+        // a plot only when the run's directory (or archive) is there (a run still in
+        // progress has cells that have not run yet), and every configuration with a
+        // finished run draws one.
+        let mut drawn = 0;
+        for page in std::fs::read_dir(copy.join("cells")).unwrap().flatten() {
+            let html = std::fs::read_to_string(page.path()).unwrap();
+            for section in html.split("<section id=\"").skip(1) {
+                let cell = section.split('"').next().unwrap();
+                if section.contains("<div class=\"plot\">") {
+                    drawn += 1;
+                    assert!(
+                        sbm::report::compressed::is_dir(&copy.join(cell)),
+                        "{name}: a plot drawn for {cell}, which has not run"
+                    );
+                }
             }
         }
+        assert!(drawn > 0, "{name}: no run's plot drawn");
         checked.push(name);
     }
     assert!(checked.len() >= 5, "only {checked:?} checked");
