@@ -281,7 +281,8 @@ fn the_exporters_need_nothing_but_the_run_as_read() {
     let cells = spec.cells().unwrap();
     let report = RunReport::read(&copy, &spec, &cells, CellPlots::default());
     std::fs::remove_dir_all(&copy).unwrap();
-    let files = sbm::matrix::export::files(&report).unwrap();
+    let table = sbm::matrix::report::table_md(&spec, &report.rows);
+    let files = sbm::matrix::export::files(&report, &table).unwrap();
     assert!(files.len() > 5, "{} files", files.len());
     for (path, bytes) in &files {
         let was = std::fs::read(committed.join(path))

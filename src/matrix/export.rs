@@ -32,22 +32,22 @@ pub fn aggregates_csv(r: &RunReport<'_>) -> Result<Vec<u8>, String> {
     w.into_inner().map_err(|e| e.to_string())
 }
 
-/// table.md: the run's name and description, the table and its notes.
-pub fn table_file(r: &RunReport<'_>) -> String {
+/// table.md: the run's name and description before `table` (the table and its notes).
+pub fn table_file(r: &RunReport<'_>, table: &str) -> String {
     format!(
-        "# {}\n\n{}\n\n{}",
+        "# {}\n\n{}\n\n{table}",
         r.spec.name.clone().unwrap_or_default(),
         r.spec.description.trim(),
-        table_md(r.spec, &r.rows)
     )
 }
 
-/// Every file of the report as (path in the run directory, bytes).
-pub fn files(r: &RunReport<'_>) -> Result<Vec<(String, Vec<u8>)>, String> {
+/// Every file of the report as (path in the run directory, bytes); `table` is
+/// [`table_md`]'s of the run.
+pub fn files(r: &RunReport<'_>, table: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
     let mut out = vec![
         ("summary.csv".to_string(), summary_csv(r)?),
         ("aggregates.csv".to_string(), aggregates_csv(r)?),
-        ("table.md".to_string(), table_file(r).into_bytes()),
+        ("table.md".to_string(), table_file(r, table).into_bytes()),
     ];
     for (name, charts) in &r.run_plots {
         if let Some(charts) = charts {
@@ -71,7 +71,8 @@ pub fn write_all(
     plots: CellPlots,
 ) -> Result<String, String> {
     let report = RunReport::read(run_dir, spec, cells, plots);
-    let files = files(&report)?;
+    let table = table_md(spec, &report.rows);
+    let files = files(&report, &table)?;
     for dir in ["plots", "cells"] {
         let dir = run_dir.join(dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -96,5 +97,5 @@ pub fn write_all(
         let path = run_dir.join(path);
         std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    Ok(table_md(spec, &report.rows))
+    Ok(table)
 }

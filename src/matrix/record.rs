@@ -278,7 +278,7 @@ pub struct HostsRecord {
 /// device.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostsShaping {
-    pub at: String,
+    pub at: super::spec::pair::HostShaping,
     pub dev: String,
 }
 

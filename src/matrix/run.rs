@@ -445,7 +445,7 @@ fn run_emulated(
                 .map_err(|e| MatrixError::Cells(SpecError::Invalid(format!("path.queue: {e}"))))?,
         },
         shape_at: spec.path.shape_at().map_err(MatrixError::Cells)?,
-        delay_impl: spec.path.delay_impl(),
+        delay_impl: spec.path.delay_impl,
         bottleneck: todo.first().map_or_else(Default::default, |c| c.bottleneck),
         owner: std::process::id(),
     };

@@ -584,11 +584,7 @@ fn run_cell(
             .as_ref()
             .filter(|_| cell.rate_bps.is_some())
             .map(|d| HostsShaping {
-                at: match shaping {
-                    HostShaping::ReceiverIngress => "receiver-ingress",
-                    HostShaping::SenderEgress => "sender-egress",
-                }
-                .into(),
+                at: shaping,
                 dev: d.clone(),
             }),
         rtt_before: rtt.into(),

@@ -441,11 +441,6 @@ impl PathSpec {
             &self.rtt
         }
     }
-
-    /// How the path's delay is made, as the test bed names it.
-    pub fn delay_impl(&self) -> wan::DelayImpl {
-        self.delay_impl
-    }
 }
 
 impl ShapeAtSpec {

@@ -52,8 +52,9 @@ impl Default for HostPairSpec {
     }
 }
 
-/// Where a real path's bottleneck goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a real path's bottleneck goes (as meta.json's `hosts.shaping.at` writes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum HostShaping {
     /// An IFB on the receiver's interface, as the report did.
     ReceiverIngress,
