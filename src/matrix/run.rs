@@ -3,6 +3,7 @@
 //! success, on failure and on Ctrl-C. Finished cells are never touched again; `--resume`
 //! runs only the cells without an `ok` cell.json.
 
+use std::fs;
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -507,7 +508,9 @@ fn run_emulated(
             }
             let _ = std::io::stdout().flush();
             let dir = run_dir.join(&cell.name);
-            let (st, interrupted) = run_cell(spec, &prefix, cell, &dir, kernel.as_deref(), signals);
+            let (st, interrupted) = run_hung_again(cell, &dir, run_dir, || {
+                run_cell(spec, &prefix, cell, &dir, kernel.as_deref(), signals)
+            });
             let result = store_cell(cell, &dir, &st);
             left = left.saturating_sub(estimate(spec, cell));
             if tty {
@@ -530,6 +533,65 @@ fn run_emulated(
         }
     }
     Ok(exit)
+}
+
+/// How many times a cell whose UML guest hung is run again before it counts as failed.
+const HUNG_RETRIES: usize = 2;
+/// Where the attempts whose guest hung are kept, in the run's directory.
+pub const HUNG_DIR: &str = "hung";
+
+/// Runs a cell, and again (up to [`HUNG_RETRIES`] times) when its UML guest hung (uml.json's
+/// `hung`, set by testbed/uml/hang.rs within seconds of the guest's clock stopping): such an
+/// attempt measured a broken guest, not the cell. Each hung attempt that is run again is kept
+/// whole, with the guest's timer state and profile, as hung/CELL-aN; the last stays as the
+/// cell's failure.
+fn run_hung_again(
+    cell: &Cell,
+    dir: &Path,
+    run_dir: &Path,
+    mut run: impl FnMut() -> (CellStatus, bool),
+) -> (CellStatus, bool) {
+    let mut attempt = 1;
+    loop {
+        let (st, interrupted) = run();
+        let hung = (st.status == Status::Failed && cell.sender_kernel == SenderKernel::Uml)
+            .then(|| hung_guest(dir))
+            .flatten();
+        let Some(why) = hung else {
+            return (st, interrupted);
+        };
+        // The last attempt stays where it is, as the cell's failure (`--resume` runs it).
+        if interrupted || attempt > HUNG_RETRIES {
+            return (st, interrupted);
+        }
+        let kept = run_dir
+            .join(HUNG_DIR)
+            .join(format!("{}-a{attempt}", cell.name));
+        let moved =
+            fs::create_dir_all(run_dir.join(HUNG_DIR)).and_then(|()| fs::rename(dir, &kept));
+        if let Err(e) = moved {
+            crate::say!(
+                "  {}: the guest {why}; could not keep the attempt in {}: {e}",
+                cell.name,
+                kept.display()
+            );
+            return (st, interrupted);
+        }
+        crate::say!(
+            "  {}: the guest {why}; attempt kept in {}, running the cell again",
+            cell.name,
+            kept.display()
+        );
+        attempt += 1;
+    }
+}
+
+/// Why a cell's UML guest counted as hung, if it did (its uml.json).
+fn hung_guest(dir: &Path) -> Option<String> {
+    let text = fs::read(dir.join("uml.json")).ok()?;
+    serde_json::from_slice::<crate::testbed::uml::RunRecord>(&text)
+        .ok()?
+        .hung
 }
 
 /// `sbm-matrix run`. Returns the exit status.
@@ -676,6 +738,48 @@ pub fn rebuild_report(dir: &Path, plots: CellPlots) -> Result<String, MatrixErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cell whose guest hung (uml.json `hung`) is run again, the hung attempt kept whole
+    /// under hung/; one that failed otherwise, or hung past the retries, is not.
+    #[test]
+    fn a_cell_whose_guest_hung_runs_again_and_the_attempt_is_kept() {
+        let (spec, _) = load(Path::new("scripts/matrices/uml-quick.toml")).unwrap();
+        let cell = spec.cells().unwrap().remove(0);
+        assert_eq!(cell.sender_kernel, SenderKernel::Uml);
+        let run_dir = std::env::temp_dir().join(format!("sbm-hung-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&run_dir);
+        let dir = run_dir.join(&cell.name);
+        let attempt = |hung: bool, n: &mut usize| {
+            *n += 1;
+            fs::create_dir_all(&dir).unwrap();
+            let record = crate::testbed::uml::RunRecord {
+                hung: hung.then(|| "hung: its init loop stood still".to_string()),
+                ..Default::default()
+            };
+            fs::write(dir.join("uml.json"), serde_json::to_vec(&record).unwrap()).unwrap();
+            fs::write(dir.join("attempt"), n.to_string()).unwrap();
+            (CellStatus::starting(&cell.name, None), false)
+        };
+        // Hung once, then a failure of another kind: run twice, the first attempt kept.
+        let mut n = 0;
+        let (st, _) = run_hung_again(&cell, &dir, &run_dir, || attempt(n == 0, &mut n));
+        assert_eq!((n, st.status), (2, Status::Failed));
+        let kept = run_dir.join(HUNG_DIR).join(format!("{}-a1", cell.name));
+        assert_eq!(fs::read_to_string(kept.join("attempt")).unwrap(), "1");
+        assert_eq!(fs::read_to_string(dir.join("attempt")).unwrap(), "2");
+        // Hung every time: 1 + HUNG_RETRIES attempts, then it counts as failed, the last
+        // attempt in the cell's place.
+        fs::remove_dir_all(&run_dir).unwrap();
+        let mut n = 0;
+        let (st, _) = run_hung_again(&cell, &dir, &run_dir, || attempt(true, &mut n));
+        assert_eq!((n, st.status), (1 + HUNG_RETRIES, Status::Failed));
+        assert_eq!(
+            fs::read_dir(run_dir.join(HUNG_DIR)).unwrap().count(),
+            HUNG_RETRIES
+        );
+        assert!(dir.join("uml.json").exists());
+        fs::remove_dir_all(&run_dir).unwrap();
+    }
 
     #[test]
     fn utc_stamps_look_right() {

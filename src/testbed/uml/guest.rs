@@ -19,6 +19,10 @@ pub const STOP_FILE: &str = ".guest-stop";
 pub const STOP_TIMEOUT: &str = "timeout";
 /// Where the guest records its command's threads when the command ran past its time.
 pub const TASK_DUMP_FILE: &str = "guest-tasks.txt";
+/// A counter the init loop rewrites on every turn (shell builtins only: no process per
+/// turn beyond the loop's own `sleep`). The host watches it (hang.rs): a guest whose clock
+/// stopped never wakes from that `sleep`, and the counter stands still.
+pub const HEARTBEAT_FILE: &str = "guest-heartbeat";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestSpec {
@@ -137,8 +141,9 @@ pub fn init_script(g: &GuestSpec) -> String {
         "dump_tasks() {\n  for t in /proc/$pid/task/*; do\n    echo \"-- thread ${t##*/} $(cat $t/comm) $(grep State: $t/status) wchan $(cat $t/wchan)\"\n    cat $t/stack\n  done\n  echo '-- /proc/stat and /proc/softirqs, then again 1 s later'\n  cat /proc/stat /proc/softirqs; sleep 1; cat /proc/stat /proc/softirqs\n}\n",
     );
     s.push_str(&format!(
-        "while kill -0 $pid 2>/dev/null; do\n  if [ -e {sf} ]; then\n    if grep -q {STOP_TIMEOUT} {sf}; then dump_tasks > {td} 2>&1; fi\n    kill -INT $pid\n    ( sleep 10; kill -TERM $pid 2>/dev/null; sleep 5; kill -KILL $pid 2>/dev/null ) &\n    break\n  fi\n  sleep 0.5\ndone\n",
+        "beat=0\nwhile kill -0 $pid 2>/dev/null; do\n  beat=$((beat + 1)); echo $beat > {hb}\n  if [ -e {sf} ]; then\n    if grep -q {STOP_TIMEOUT} {sf}; then dump_tasks > {td} 2>&1; fi\n    kill -INT $pid\n    ( sleep 10; kill -TERM $pid 2>/dev/null; sleep 5; kill -KILL $pid 2>/dev/null ) &\n    break\n  fi\n  sleep 0.5\ndone\n",
         sf = quote(&stop_file),
+        hb = quote(&format!("{out}/{HEARTBEAT_FILE}")),
         td = quote(&format!("{out}/{TASK_DUMP_FILE}")),
     ));
     s.push_str("wait $pid\nrc=$?\n");

@@ -8,6 +8,7 @@ pub mod build;
 pub mod cgroup;
 pub mod cpu_log;
 pub mod guest;
+pub mod hang;
 pub mod profile;
 pub mod slices;
 
@@ -107,6 +108,12 @@ pub struct RunRecord {
     /// over the seconds before it was asked to stop (profile::PROFILE_FILE), or why there is
     /// none.
     pub host_profile: Option<String>,
+    /// Set when the guest's clock stopped (its init loop stood still past hang.rs's limit):
+    /// when and for how long. The guest was then examined and ended, not left to its time.
+    pub hung: Option<String>,
+    /// For a hung guest: the file with its kernel's timer state (hang::STATE_FILE), or why
+    /// there is none.
+    pub hang_state: Option<String>,
     pub wall_s: f64,
 }
 
@@ -245,7 +252,13 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
     for p in [&out_dir, &work, &spec.kernel] {
         guest::check_path(p).map_err(UmlError::BadPath)?;
     }
-    for f in [guest::EXIT_FILE, guest::STOP_FILE, guest::TASK_DUMP_FILE] {
+    for f in [
+        guest::EXIT_FILE,
+        guest::STOP_FILE,
+        guest::TASK_DUMP_FILE,
+        guest::HEARTBEAT_FILE,
+        hang::STATE_FILE,
+    ] {
         let _ = fs::remove_file(out_dir.join(f));
     }
     let g = GuestSpec {
@@ -296,6 +309,12 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
     };
     let started = Instant::now();
     let console = out_dir.join("guest-console.log");
+    let share = match (spec.quota, spec.slices) {
+        (Some(q), _) => f64::from(q.pct) / 100.0,
+        (None, Some(s)) => f64::from(s.share_pct) / 100.0,
+        (None, None) => 1.0,
+    };
+    let mut heartbeat = hang::Heartbeat::new(&out_dir, hang::stall_limit(share));
     let mut cpu_log = cg
         .as_ref()
         .map(|cg| CpuLog::new(cg, Duration::from_secs(1)));
@@ -312,6 +331,7 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
             &out_dir,
             &work,
             spec.timeout,
+            &mut heartbeat,
             should_stop,
             &mut || {
                 if let Some(log) = cpu_log.as_mut() {
@@ -323,12 +343,20 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
     let slice_record = slicer.map(Slicer::stop);
     detach(&names);
     let _ = fs::remove_file(out_dir.join(guest::STOP_FILE));
-    let Supervised { stopped, profile } = result?;
+    let Supervised {
+        stopped,
+        profile,
+        hung,
+    } = result?;
     let host_profile =
         profile.map(|p| p.and_then(|p| p.finish(&out_dir)).unwrap_or_else(|why| why));
+    let (hung, hang_state) = match hung {
+        Some(h) => (Some(h.why), Some(h.state)),
+        None => (None, None),
+    };
     let task_dump = stopped
         .as_deref()
-        .filter(|why| !why.starts_with(INTERRUPTED))
+        .filter(|why| !why.starts_with(INTERRUPTED) && hung.is_none())
         .map(|_| {
             if out_dir.join(guest::TASK_DUMP_FILE).exists() {
                 guest::TASK_DUMP_FILE.to_string()
@@ -383,6 +411,8 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         stopped,
         task_dump,
         host_profile,
+        hung,
+        hang_state,
         wall_s,
     };
     let json_path = out_dir.join("uml.json");
@@ -414,63 +444,126 @@ fn quota_record(cg: &GuestCgroup) -> Result<QuotaRecord, UmlError> {
 /// Why the host stopped a guest when the user asked it to (as opposed to its timeout).
 const INTERRUPTED: &str = "interrupted";
 
-/// How supervision ended: why the host stopped the guest, if it did, and the profile it
-/// started when the guest ran past its time.
+/// How supervision ended: why the host stopped the guest, if it did, the profile it
+/// started when the guest ran past its time or hung, and what it found in a hung guest.
 struct Supervised {
     stopped: Option<String>,
     profile: Option<Result<Profiler, NoProfile>>,
+    hung: Option<Hung>,
+}
+
+/// A guest found hung: why it counts as hung, and the state file (or why there is none).
+struct Hung {
+    why: String,
+    state: String,
+}
+
+/// Why the host is ending a guest, and how.
+enum StopReason {
+    /// Asked by the user: the command is asked to stop.
+    Interrupted,
+    /// Past its time: the guest records its command's threads, then the command is asked.
+    Timeout(String),
+    /// Its clock stopped: its init loop cannot act on a stop file, so the kernel's timer
+    /// state is recorded and the kernel ended at once.
+    Hung(String, Duration),
 }
 
 /// Waits for the guest to power off. On a stop request or the timeout, asks its command to
-/// stop (the stop file), then ends the kernel after a grace period. Past the timeout it
-/// first profiles the guest's host processes for a few seconds (profile.rs), so that the
-/// profile shows the state that kept the command running, not its shutdown.
+/// stop (the stop file), then ends the kernel after a grace period. Past the timeout, or
+/// when the guest's init loop stands still (hang.rs), it first profiles the guest's host
+/// processes for a few seconds (profile.rs), so that the profile shows the state that kept
+/// the command running, not its shutdown; a hung guest's timer state is then recorded and
+/// its kernel ended without waiting.
 fn supervise(
     child: &mut Child,
     out_dir: &Path,
     work: &Path,
     timeout: Duration,
+    heartbeat: &mut hang::Heartbeat,
     should_stop: &mut dyn FnMut() -> bool,
     tick: &mut dyn FnMut(),
 ) -> Supervised {
     const GRACE: Duration = Duration::from_secs(30);
     let started = Instant::now();
     let mut profile = None;
+    let mut hung = None;
     // Why the guest is to be stopped, and from when (after the profile's sampling).
-    let mut pending: Option<(Instant, String)> = None;
+    let mut pending: Option<(Instant, StopReason)> = None;
     let mut asked: Option<(Instant, String)> = None;
+    let pid = child.id();
+    let start_profile = |profile: &mut Option<Result<Profiler, NoProfile>>| {
+        let p = Profiler::start(pid, work);
+        let sampling = if p.is_ok() {
+            profile::SAMPLING + Duration::from_millis(500)
+        } else {
+            Duration::ZERO
+        };
+        *profile = Some(p);
+        Instant::now() + sampling
+    };
     loop {
         tick();
         if let Ok(Some(_)) = child.try_wait() {
-            let stopped = asked.or(pending).map(|(_, why)| why);
-            return Supervised { stopped, profile };
+            let stopped = asked.map(|(_, why)| why).or(pending.map(|(_, r)| match r {
+                StopReason::Interrupted => INTERRUPTED.to_string(),
+                StopReason::Timeout(why) | StopReason::Hung(why, _) => why,
+            }));
+            return Supervised {
+                stopped,
+                profile,
+                hung,
+            };
         }
         if asked.is_none() && pending.is_none() {
+            // A guest that has reported its exit, or was asked to stop, has left its loop.
+            let stall = if out_dir.join(guest::EXIT_FILE).exists() {
+                None
+            } else {
+                heartbeat.stalled(Instant::now())
+            };
             if should_stop() {
-                pending = Some((Instant::now(), INTERRUPTED.to_string()));
+                pending = Some((Instant::now(), StopReason::Interrupted));
+            } else if let Some(age) = stall {
+                let why = format!(
+                    "hung: its init loop stood still for {:.1} s (limit {} s) at {:.1} s",
+                    age.as_secs_f64(),
+                    heartbeat.limit().as_secs(),
+                    started.elapsed().as_secs_f64()
+                );
+                let from = start_profile(&mut profile);
+                pending = Some((from, StopReason::Hung(why, age)));
             } else if started.elapsed() >= timeout {
-                let p = Profiler::start(child.id(), work);
-                let sampling = if p.is_ok() {
-                    profile::SAMPLING + Duration::from_millis(500)
-                } else {
-                    Duration::ZERO
-                };
-                profile = Some(p);
+                let from = start_profile(&mut profile);
                 pending = Some((
-                    Instant::now() + sampling,
-                    format!("still running after {} s", timeout.as_secs()),
+                    from,
+                    StopReason::Timeout(format!("still running after {} s", timeout.as_secs())),
                 ));
             }
         }
-        if let Some((_, why)) = pending.take_if(|(from, _)| Instant::now() >= *from) {
-            // Past its time, the guest records its command's threads before stopping it.
-            let note = if why == INTERRUPTED {
-                ""
-            } else {
-                guest::STOP_TIMEOUT
-            };
-            let _ = fs::write(out_dir.join(guest::STOP_FILE), note);
-            asked = Some((Instant::now(), why));
+        if let Some((_, reason)) = pending.take_if(|(from, _)| Instant::now() >= *from) {
+            match reason {
+                StopReason::Hung(why, age) => {
+                    let state =
+                        hang::record_state(pid, out_dir, work, age).unwrap_or_else(|why| why);
+                    hung = Some(Hung {
+                        why: why.clone(),
+                        state,
+                    });
+                    // Straight to the end of the grace period: nothing in the guest acts.
+                    asked = Some((Instant::now() - GRACE, why));
+                }
+                StopReason::Interrupted => {
+                    let _ = fs::write(out_dir.join(guest::STOP_FILE), "");
+                    asked = Some((Instant::now(), INTERRUPTED.to_string()));
+                }
+                StopReason::Timeout(why) => {
+                    // Past its time, the guest records its command's threads before
+                    // stopping it.
+                    let _ = fs::write(out_dir.join(guest::STOP_FILE), guest::STOP_TIMEOUT);
+                    asked = Some((Instant::now(), why));
+                }
+            }
         }
         if let Some((at, why)) = &asked {
             if at.elapsed() >= GRACE {
@@ -483,14 +576,22 @@ fn supervise(
                 while Instant::now() < deadline {
                     if let Ok(Some(_)) = child.try_wait() {
                         let stopped = Some(format!("{why}; the guest was ended"));
-                        return Supervised { stopped, profile };
+                        return Supervised {
+                            stopped,
+                            profile,
+                            hung,
+                        };
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 let _ = child.kill();
                 let _ = child.wait();
                 let stopped = Some(format!("{why}; the guest was killed"));
-                return Supervised { stopped, profile };
+                return Supervised {
+                    stopped,
+                    profile,
+                    hung,
+                };
             }
         }
         std::thread::sleep(Duration::from_millis(50));

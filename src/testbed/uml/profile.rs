@@ -135,8 +135,9 @@ impl Profiler {
         let _ = fs::remove_file(&self.data);
         let text = format!(
             "# The UML kernel's host process (PID {pid}), sampled by \
-             `perf record -g -F {FREQUENCY_HZ}` for {SECONDS} s from the moment the host found \
-             the command past its time, before it asked the command to stop.\n\
+             `perf record -g -F {FREQUENCY_HZ}` for {SECONDS} s from the moment the host stopped \
+             waiting (the command past its time, or the guest hung: uml.json says which), \
+             before it stopped the guest.\n\
              # perf record said: {rec}{late}\n\
              ## All samples by process, binary and function\n{all}\n\
              ## The guest kernel's functions ({dso}), as shares of its own samples\n{guest}",
