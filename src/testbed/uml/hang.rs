@@ -107,7 +107,8 @@ set $its[3] = -1
 set $rc = (int) timer_gettime(*(void **)&event_high_res_timer, $its)
 printf "host timer_gettime rc %d: interval %ld s %ld ns, remaining %ld s %ld ns (0 0: not armed)\n", $rc, $its[0], $its[1], $its[2], $its[3]
 printf "host CLOCK_MONOTONIC now (the guest's clocksource) %ld ns\n", (long) os_nsecs()
-bt 12
+printf "stack pointer %p: on the IRQ stack %d (cpu0_irqstack %p..+16K), on init_stack %d\n", $sp, $sp >= (char *)&cpu0_irqstack && $sp < (char *)&cpu0_irqstack + 16384, &cpu0_irqstack, $sp >= (char *)&init_stack && $sp < (char *)&__end_init_stack
+bt 40
 detach
 quit
 "#;
