@@ -27,6 +27,7 @@ fn program(name: &str) -> String {
         | "scripts/bench"
         | "scripts/setup"
         | "scripts/instrument-cost"
+        | "scripts/soak"
         | "scripts/displaced-stamps"
         | "testbed/wan"
         | "testbed/shape"
@@ -310,6 +311,9 @@ const CASES: &[Case] = &[
     ("scripts/instrument-cost", &["--reps", "0"], 2, "--reps"),
     ("scripts/instrument-cost", &["--duration", "x"], 2, "--duration"),
     ("scripts/instrument-cost", &["--out"], 2, "--out"),
+    ("scripts/soak", &["--bogus"], 2, "--bogus"),
+    ("scripts/soak", &["--runs", "0"], 2, "--runs"),
+    ("scripts/soak", &["--stress-minutes", "x"], 2, "--stress-minutes"),
     ("scripts/displaced-stamps", &["--bogus"], 2, "--bogus"),
     ("scripts/displaced-stamps", &["--reps", "0"], 2, "--reps"),
     ("scripts/displaced-stamps", &["--sizes", ","], 2, "--sizes"),

@@ -54,10 +54,14 @@ fn path_floor_ms(bed: &Bed, want: f64) -> f64 {
         if (got - want).abs() <= want * 0.02 {
             break;
         }
-        eprintln!(
-            "path floor: transfer {attempt} of 3 showed min RTT {this:.1} ms for {want} ms ({machine}); {}",
-            if attempt < 3 { "asking again" } else { "giving up" }
+        let said = format!(
+            "path floor: transfer {attempt} of 3 showed min RTT {this:.1} ms for {want} ms ({machine})"
         );
+        if attempt < 3 {
+            say_retry(&format!("{said}; asking again"));
+        } else {
+            eprintln!("{said}; giving up");
+        }
     }
     got
 }
@@ -316,10 +320,16 @@ fn fast_path_delay_line_is_lossless_and_punctual() {
         );
         eprintln!("run {tag}: {}", shown(&p));
         let within = p.machine_kept_time() && p.late_p99_us < p.tail_bound_us();
-        runs.push(p);
         if within {
             return;
         }
+        if tag != "e3" {
+            say_retry(&format!(
+                "86 Mb/s delay-line tail not within its bound: {}",
+                shown(&p)
+            ));
+        }
+        runs.push(p);
     }
     let judged: Vec<String> = runs
         .iter()
@@ -331,11 +341,11 @@ fn fast_path_delay_line_is_lossless_and_punctual() {
         "86 Mb/s: no run's tail within its bound: {}",
         judged.join("; ")
     );
-    eprintln!(
-        "the tail was not judged: the machine did not keep time in any of {} runs: {}",
+    say_unjudged(&format!(
+        "86 Mb/s delay-line tail: the machine did not keep time in any of {} runs: {}",
         runs.len(),
         runs.iter().map(shown).collect::<Vec<_>>().join("; ")
-    );
+    ));
 }
 
 fn wait_delay_exit(bed: &Bed) -> serde_json::Value {

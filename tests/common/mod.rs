@@ -750,6 +750,37 @@ impl MachineProbe {
     }
 }
 
+/// Says that a timing test is measuring again because the machine, not the code, spoiled
+/// its try — on stderr, and as a line (test name, `retry`, why; tab-separated) appended to
+/// the file `SBM_TEST_RETRY_LOG` names, so that scripts/soak counts every retry a test
+/// needed instead of a retry passing silently.
+pub fn say_retry(why: &str) {
+    say_for_soak("retry", why);
+}
+
+/// Says that a timing test left its figure unjudged because the machine never gave it the
+/// conditions it needs (logged as [`say_retry`] does, kind `unjudged`).
+pub fn say_unjudged(why: &str) {
+    say_for_soak("unjudged", why);
+}
+
+fn say_for_soak(kind: &str, why: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .to_string();
+    eprintln!("sbm-test-{kind}: {test}: {why}");
+    if let Some(path) = std::env::var_os("SBM_TEST_RETRY_LOG") {
+        use std::io::Write;
+        let line = format!("{test}\t{kind}\t{}\n", why.replace(['\t', '\n'], " "));
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+    }
+}
+
 /// A loopback port nothing listens on now (bound, read, released), for a program the test
 /// starts there.
 pub fn free_loopback_port() -> String {
