@@ -197,8 +197,8 @@ fn kernel_claims_hold_in_the_guest() {
     assert_eq!(record["guest_exit"], 0);
 }
 
-/// Runs `command` in a guest on `bed` with a 4 s timeout it will outlast; output in `out`.
-fn run_past_its_time(bed: &Bed, kernel: &Path, out: &Path, command: &[&str]) -> Finished {
+/// Starts `uml run` of `command` in a guest on `bed` with `timeout`; output in `out`.
+fn spawn_uml_run(bed: &Bed, kernel: &Path, out: &Path, timeout: &str, command: &[&str]) -> Running {
     let mut args = vec![
         "uml",
         "run",
@@ -209,11 +209,16 @@ fn run_past_its_time(bed: &Bed, kernel: &Path, out: &Path, command: &[&str]) -> 
         "--out",
         out.to_str().unwrap(),
         "--timeout",
-        "4s",
+        timeout,
         "--",
     ];
     args.extend_from_slice(command);
-    Running::spawn_program(testbed_bin().to_str().unwrap(), &args).wait(Duration::from_secs(120))
+    Running::spawn_program(testbed_bin().to_str().unwrap(), &args)
+}
+
+/// Runs `command` in a guest on `bed` with a 4 s timeout it will outlast; output in `out`.
+fn run_past_its_time(bed: &Bed, kernel: &Path, out: &Path, command: &[&str]) -> Finished {
+    spawn_uml_run(bed, kernel, out, "4s", command).wait(Duration::from_secs(120))
 }
 
 /// A guest whose command runs past its time records the command's threads before stopping
@@ -308,24 +313,7 @@ fn guest_with_a_beating_loop(
     kernel: &Path,
     out: &Path,
 ) -> (Running, GuestKernel, PathBuf) {
-    let run = Running::spawn_program(
-        testbed_bin().to_str().unwrap(),
-        &[
-            "uml",
-            "run",
-            "--prefix",
-            &bed.prefix,
-            "--kernel",
-            kernel.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--timeout",
-            "120s",
-            "--",
-            "sleep",
-            "100",
-        ],
-    );
+    let run = spawn_uml_run(bed, kernel, out, "120s", &["sleep", "100"]);
     let heartbeat = out.join("guest-heartbeat");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while beats(&heartbeat) < 3 {
