@@ -444,11 +444,19 @@ fn the_traced_recoveries_show_no_host_side_loss() {
     let analyze = |trace: &str, extra: &[&str]| -> String {
         let out = std::process::Command::new(repo().join("scripts/uml-alarm-trace"))
             .arg("analyze")
-            .arg(repo().join("results/uml-hang-stress/alarm-traces").join(trace))
+            .arg(
+                repo()
+                    .join("results/uml-hang-stress/alarm-traces")
+                    .join(trace),
+            )
             .args(extra)
             .output()
             .expect("scripts/uml-alarm-trace runs (python3)");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     let readme = read_text(&repo().join("results/README.md"));
@@ -468,16 +476,19 @@ fn the_traced_recoveries_show_no_host_side_loss() {
         assert!(
             out.contains(&format!(
                 "{found}: SIGALRMs since the last re-arm: generated one, delivered one"
-            )) && out.contains("host-side losses (an expiry with no SIGALRM generated or delivered): 0"),
+            )) && out
+                .contains("host-side losses (an expiry with no SIGALRM generated or delivered): 0"),
             "{trace}: {out}"
         );
         assert!(
-            readme.contains(&format!("{found} in {cell}")) || readme.contains(&format!("{found} times in {cell}")),
+            readme.contains(&format!("{found} in {cell}"))
+                || readme.contains(&format!("{found} times in {cell}")),
             "results/README.md does not say {found} for {cell}"
         );
         let planted = analyze(trace, &["--plant", "3"]);
         assert!(
-            planted.contains("host-side losses (an expiry with no SIGALRM generated or delivered): 1"),
+            planted
+                .contains("host-side losses (an expiry with no SIGALRM generated or delivered): 1"),
             "{trace} with a stretch's SIGALRMs removed: {planted}"
         );
     }
