@@ -28,6 +28,7 @@ fn program(name: &str) -> String {
         | "scripts/setup"
         | "scripts/instrument-cost"
         | "scripts/soak"
+        | "scripts/uml-alarm-trace"
         | "scripts/displaced-stamps"
         | "testbed/wan"
         | "testbed/shape"
@@ -314,6 +315,10 @@ const CASES: &[Case] = &[
     ("scripts/soak", &["--bogus"], 2, "--bogus"),
     ("scripts/soak", &["--runs", "0"], 2, "--runs"),
     ("scripts/soak", &["--stress-minutes", "x"], 2, "--stress-minutes"),
+    ("scripts/uml-alarm-trace", &[], 2, "cmd"),
+    ("scripts/uml-alarm-trace", &["analyze", "x", "--bogus"], 2, "--bogus"),
+    ("scripts/uml-alarm-trace", &["analyze", "/nonexistent"], 2, "no trace at"),
+    ("scripts/uml-alarm-trace", &["record", "x", "--minutes", "-1"], 2, "--minutes"),
     ("scripts/displaced-stamps", &["--bogus"], 2, "--bogus"),
     ("scripts/displaced-stamps", &["--reps", "0"], 2, "--reps"),
     ("scripts/displaced-stamps", &["--sizes", ","], 2, "--sizes"),
