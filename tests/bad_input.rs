@@ -315,6 +315,7 @@ const CASES: &[Case] = &[
     ("scripts/soak", &["--bogus"], 2, "--bogus"),
     ("scripts/soak", &["--runs", "0"], 2, "--runs"),
     ("scripts/soak", &["--stress-minutes", "x"], 2, "--stress-minutes"),
+    ("scripts/soak", &["--at-most", "0"], 2, "--at-most"),
     ("scripts/uml-alarm-trace", &[], 2, "cmd"),
     ("scripts/uml-alarm-trace", &["analyze", "x", "--bogus"], 2, "--bogus"),
     ("scripts/uml-alarm-trace", &["analyze", "/nonexistent"], 2, "no trace at"),
@@ -492,4 +493,28 @@ fn a_taken_port_and_a_black_holed_peer_are_one_line_and_status_1() {
         took < Duration::from_secs(10),
         "connect timeout 1s took {took:?}: {msg}"
     );
+}
+
+/// A soak run in which no test ran (here: cargo asked for a test target that does not exist;
+/// on a machine without scripts/setup's packages, the build failing) says so in one line,
+/// exits 1 and records no run: it says nothing about the suite's reliability.
+#[test]
+fn a_soak_run_that_ran_no_test_is_not_recorded() {
+    common::require_root();
+    let _serial = serial();
+    let out = common::tempdir("soak-not-run");
+    let out_arg = out.path().to_string_lossy().into_owned();
+    let res = Running::spawn_program(
+        &program("scripts/soak"),
+        &["--runs", "1", "--out", &out_arg, "--cargo-args", "--test no-such-test-target"],
+    )
+    .wait(Duration::from_secs(120));
+    let stderr = res.stderr.trim();
+    assert_eq!(res.code(), Some(1), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line, was: {stderr}");
+    assert!(stderr.contains("ran no test"), "{stderr}");
+    assert!(!out.join("runs.csv").exists(), "a run that ran nothing was recorded");
+    assert!(!out.join("logs").exists());
+    let kept = std::fs::read_to_string(out.join("not-run.txt")).unwrap();
+    assert!(kept.contains("no-such-test-target"), "{kept}");
 }
