@@ -506,14 +506,24 @@ fn a_soak_run_that_ran_no_test_is_not_recorded() {
     let out_arg = out.path().to_string_lossy().into_owned();
     let res = Running::spawn_program(
         &program("scripts/soak"),
-        &["--runs", "1", "--out", &out_arg, "--cargo-args", "--test no-such-test-target"],
+        &[
+            "--runs",
+            "1",
+            "--out",
+            &out_arg,
+            "--cargo-args",
+            "--test no-such-test-target",
+        ],
     )
     .wait(Duration::from_secs(120));
     let stderr = res.stderr.trim();
     assert_eq!(res.code(), Some(1), "stderr: {stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line, was: {stderr}");
     assert!(stderr.contains("ran no test"), "{stderr}");
-    assert!(!out.join("runs.csv").exists(), "a run that ran nothing was recorded");
+    assert!(
+        !out.join("runs.csv").exists(),
+        "a run that ran nothing was recorded"
+    );
     assert!(!out.join("logs").exists());
     let kept = std::fs::read_to_string(out.join("not-run.txt")).unwrap();
     assert!(kept.contains("no-such-test-target"), "{kept}");
