@@ -43,9 +43,13 @@ struct Claim {
     scale: f64,
     #[serde(default)]
     offset: f64,
-    /// `value` (every value the same), `min`, `max`, `median`, `sum`, `count` (rows),
+    /// `value` (every value the same), `min`, `max`, `median`, `mean`, `sum`, `count` (rows),
     /// `range` (min–max), `count_in LO HI` (K of N: how many values lie in [LO, HI]).
     stat: String,
+    /// CSV: one value per file, the mean of its rows' values, and `stat` over those (each
+    /// run's mean writes per RTT, then their range).
+    #[serde(default)]
+    per_file_mean: bool,
     /// How the text writes a number: this many decimals (default 0), or `delay` (µs as
     /// the tables write delays: 273 ms, 22.90 s).
     #[serde(default)]
@@ -162,6 +166,7 @@ fn values(c: &Claim) -> Result<Vec<f64>, String> {
             tests.push((col(name)?, negate, alts));
         }
         let value_col = c.column.as_deref().map(col).transpose()?;
+        let first = out.len();
         for rec in rdr.records() {
             let rec = rec.map_err(|e| e.to_string())?;
             let keep = tests.iter().all(|(i, negate, alts)| {
@@ -184,6 +189,10 @@ fn values(c: &Claim) -> Result<Vec<f64>, String> {
                     out.push(x * c.scale + c.offset);
                 }
             }
+        }
+        if c.per_file_mean && out.len() > first {
+            let these = out.split_off(first);
+            out.push(these.iter().sum::<f64>() / these.len() as f64);
         }
     }
     if out.is_empty() {
@@ -219,6 +228,7 @@ fn rendered(c: &Claim) -> Result<String, String> {
         "min" => number(c, lo),
         "max" => number(c, hi),
         "sum" => number(c, v.iter().sum()),
+        "mean" => number(c, v.iter().sum::<f64>() / v.len() as f64),
         "median" => {
             let n = sorted.len();
             let m = if n % 2 == 1 {
@@ -428,6 +438,7 @@ fn the_checker_reads_figures_as_the_text_writes_them() {
         scale: 1.0,
         offset: 0.0,
         stat: "value".into(),
+        per_file_mean: false,
         decimals: 0,
         delay: true,
         bare: false,
