@@ -444,9 +444,18 @@ fn the_checker_reads_figures_as_the_text_writes_them() {
     assert!(contains_figure("18 ms (18–18)", "18"));
     assert!(!contains_figure("118 ms or 1.18 or 18.5", "18"));
     assert!(contains_figure("at 1.89.", "1.89"));
-    assert!(glob_match("2mbit-*-clause-off*", "2mbit-kernel-clause-off-r1"));
-    assert!(glob_match("2mbit-*-clause-off*", "2mbit-emulated-clause-off-latest-r5"));
-    assert!(!glob_match("2mbit-*-clause-off*", "2mbit-kernel-clause-on-r1"));
+    assert!(glob_match(
+        "2mbit-*-clause-off*",
+        "2mbit-kernel-clause-off-r1"
+    ));
+    assert!(glob_match(
+        "2mbit-*-clause-off*",
+        "2mbit-emulated-clause-off-latest-r5"
+    ));
+    assert!(!glob_match(
+        "2mbit-*-clause-off*",
+        "2mbit-kernel-clause-on-r1"
+    ));
     assert!(!glob_match("a*b*c", "a-c-b"));
     assert!(glob_match("*", "anything"));
     let c = Claim {
