@@ -187,7 +187,7 @@ fn values(c: &Claim) -> Result<Vec<f64>, String> {
         let f = Path::new(name);
         if let Some(pointer) = &c.pointer {
             let v: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+                serde_json::from_str(text).map_err(|e| format!("{}: {e}", f.display()))?;
             let x = v
                 .pointer(pointer)
                 .and_then(serde_json::Value::as_f64)
