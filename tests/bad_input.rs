@@ -320,6 +320,7 @@ const CASES: &[Case] = &[
     ("scripts/uml-alarm-trace", &["analyze", "x", "--bogus"], 2, "--bogus"),
     ("scripts/uml-alarm-trace", &["analyze", "/nonexistent"], 2, "no trace at"),
     ("scripts/uml-alarm-trace", &["record", "x", "--minutes", "-1"], 2, "--minutes"),
+    ("scripts/uml-alarm-trace", &["ring", "/nonexistent"], 2, "no console at"),
     ("scripts/displaced-stamps", &["--bogus"], 2, "--bogus"),
     ("scripts/displaced-stamps", &["--reps", "0"], 2, "--reps"),
     ("scripts/displaced-stamps", &["--sizes", ","], 2, "--sizes"),

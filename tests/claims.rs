@@ -582,3 +582,61 @@ fn the_traced_recoveries_show_no_host_side_loss() {
         );
     }
 }
+
+/// The ring kernel/lab/0001 prints, decoded by `scripts/uml-alarm-trace ring`, for the loss
+/// tests/uml.rs makes on purpose (gdb returns from the SIGALRM handler before it does
+/// anything): the host's SIGALRM reached the handler (HARD, signal 14) and nothing followed —
+/// no recorded signal, no timer interrupt — until the idle loop found the timer expired with
+/// nothing pending and recovered. The results README quotes this as the known loss's trace.
+#[test]
+fn the_ring_shows_a_forced_loss_as_a_handler_entry_and_nothing_after() {
+    let console = repo().join("results/uml-hang-stress-ring/forced-loss-console.log");
+    let out = std::process::Command::new(repo().join("scripts/uml-alarm-trace"))
+        .arg("ring")
+        .arg(&console)
+        .output()
+        .expect("scripts/uml-alarm-trace runs (python3)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    // The events of the first dump, up to its recovery.
+    let events: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.contains("recovery 1,"))
+        .take_while(|l| !l.contains("um-atrace: end"))
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|t| t.parse::<f64>().is_ok())
+        })
+        .collect();
+    let name = |l: &str| l.split_whitespace().nth(2).unwrap_or("").to_string();
+    let recover = events
+        .iter()
+        .rposition(|l| name(l) == "RECOVER")
+        .unwrap_or_else(|| panic!("no RECOVER in the first dump:\n{text}"));
+    assert!(
+        events[recover - 1].contains("EXPIRED, NOTHING PENDING"),
+        "{}",
+        events[recover - 1]
+    );
+    // The last SIGALRM before the recovery entered the handler and was neither run nor
+    // recorded: no ALRM, UNBLK or timer interrupt between it and the recovery.
+    let last_alarm = events[..recover]
+        .iter()
+        .rposition(|l| name(l) == "HARD" && l.ends_with("signal 14"))
+        .expect("a SIGALRM before the recovery");
+    let between: Vec<String> = events[last_alarm + 1..recover]
+        .iter()
+        .map(|l| name(l))
+        .collect();
+    assert!(
+        between
+            .iter()
+            .all(|n| !["ALRM", "REAL", "DOIRQ", "UMTIMER", "UNBLK"].contains(&n.as_str())),
+        "the dropped SIGALRM was handled after all: {between:?}"
+    );
+}
