@@ -528,25 +528,29 @@ fn the_checker_reads_figures_as_the_text_writes_them() {
 /// traced guests' idle loops found (151 in r201, 193 in r204), recoveries included; this
 /// reads the committed traces again with the script the text names, and shows that a
 /// stretch without its SIGALRMs would have been found.
+/// `scripts/uml-alarm-trace ARGS`'s output; it must succeed.
+fn uml_alarm_trace(args: &[&str]) -> String {
+    let out = std::process::Command::new(repo().join("scripts/uml-alarm-trace"))
+        .args(args)
+        .output()
+        .expect("scripts/uml-alarm-trace runs (python3)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[test]
 fn the_traced_recoveries_show_no_host_side_loss() {
     let analyze = |trace: &str, extra: &[&str]| -> String {
-        let out = std::process::Command::new(repo().join("scripts/uml-alarm-trace"))
-            .arg("analyze")
-            .arg(
-                repo()
-                    .join("results/uml-hang-stress/alarm-traces")
-                    .join(trace),
-            )
-            .args(extra)
-            .output()
-            .expect("scripts/uml-alarm-trace runs (python3)");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let path = repo()
+            .join("results/uml-hang-stress/alarm-traces")
+            .join(trace);
+        let mut args = vec!["analyze", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        uml_alarm_trace(&args)
     };
     let readme = read_text(&repo().join("results/README.md"));
     let readme = ungrouped(&readme);
@@ -591,17 +595,7 @@ fn the_traced_recoveries_show_no_host_side_loss() {
 #[test]
 fn the_ring_shows_a_forced_loss_as_a_handler_entry_and_nothing_after() {
     let console = repo().join("results/uml-hang-stress-ring/forced-loss-console.log");
-    let out = std::process::Command::new(repo().join("scripts/uml-alarm-trace"))
-        .arg("ring")
-        .arg(&console)
-        .output()
-        .expect("scripts/uml-alarm-trace runs (python3)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = uml_alarm_trace(&["ring", console.to_str().unwrap()]);
     // The events of the first dump, up to its recovery.
     let events: Vec<&str> = text
         .lines()
