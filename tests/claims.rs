@@ -143,37 +143,36 @@ fn read_text(path: &Path) -> String {
     s
 }
 
-/// The values a claim reads, or why it cannot.
-/// A file as `commit` holds it.
-fn read_at(commit: &str, path: &str) -> Result<String, String> {
+/// `git ARGS` in the repository: its standard output, or why not.
+fn git(args: &[&str]) -> Result<String, String> {
     let out = std::process::Command::new("git")
         .arg("-C")
         .arg(repo())
-        .args(["show", &format!("{commit}:{path}")])
+        .args(args)
         .output()
-        .map_err(|e| format!("git show {commit}:{path}: {e}"))?;
+        .map_err(|e| format!("git {}: {e}", args.join(" ")))?;
     if !out.status.success() {
         return Err(format!(
-            "git show {commit}:{path}: {}",
+            "git {}: {}",
+            args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    String::from_utf8(out.stdout).map_err(|e| format!("{commit}:{path}: {e}"))
+    String::from_utf8(out.stdout).map_err(|e| format!("git {}: {e}", args.join(" ")))
 }
 
 /// Whether this clone is shallow (it then holds no commit a history claim reads).
 fn shallow() -> bool {
-    std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo())
-        .args(["rev-parse", "--is-shallow-repository"])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "true")
+    git(&["rev-parse", "--is-shallow-repository"]).is_ok_and(|o| o.trim() == "true")
 }
 
+/// The values a claim reads, or why it cannot.
 fn values(c: &Claim) -> Result<Vec<f64>, String> {
     let texts: Vec<(String, String)> = match &c.at {
-        Some(commit) => vec![(format!("{commit}:{}", c.rows), read_at(commit, &c.rows)?)],
+        Some(commit) => {
+            let at = format!("{commit}:{}", c.rows);
+            vec![(at.clone(), git(&["show", &at])?)]
+        }
         None => expand(&c.rows)
             .iter()
             .map(|f| (f.display().to_string(), read_text(f)))
@@ -406,6 +405,7 @@ fn every_claim_in_the_results_readme_is_what_its_files_say() {
     let mut docs: BTreeMap<String, String> = BTreeMap::new();
     let mut wrong = vec![];
     let mut unread_history = 0;
+    let shallow = shallow();
     for c in &claims {
         let doc = docs
             .entry(c.doc.clone())
@@ -415,7 +415,7 @@ fn every_claim_in_the_results_readme_is_what_its_files_say() {
             wrong.push(format!("{}: the text '{}' is not there", c.doc, c.text));
             continue;
         }
-        if c.at.is_some() && shallow() {
+        if c.at.is_some() && shallow {
             // A shallow clone holds no history; a full one must hold the commit.
             unread_history += 1;
             continue;
@@ -524,10 +524,6 @@ fn the_checker_reads_figures_as_the_text_writes_them() {
     assert_eq!(rendered(&c).unwrap(), "22.90 s");
 }
 
-/// results/README.md says the host generated and delivered a SIGALRM for every expiry the
-/// traced guests' idle loops found (151 in r201, 193 in r204), recoveries included; this
-/// reads the committed traces again with the script the text names, and shows that a
-/// stretch without its SIGALRMs would have been found.
 /// `scripts/uml-alarm-trace ARGS`'s output; it must succeed.
 fn uml_alarm_trace(args: &[&str]) -> String {
     let out = std::process::Command::new(repo().join("scripts/uml-alarm-trace"))
@@ -542,6 +538,10 @@ fn uml_alarm_trace(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// results/README.md says the host generated and delivered a SIGALRM for every expiry the
+/// traced guests' idle loops found (151 in r201, 193 in r204), recoveries included; this
+/// reads the committed traces again with the script the text names, and shows that a
+/// stretch without its SIGALRMs would have been found.
 #[test]
 fn the_traced_recoveries_show_no_host_side_loss() {
     let analyze = |trace: &str, extra: &[&str]| -> String {
