@@ -154,8 +154,13 @@ mod tests {
         assert_matches_tree(Set::Presets, &root.join("scripts/matrices"), |p| {
             p.extension().is_some_and(|x| x == "toml")
         });
-        assert_matches_tree(Set::Kernel, &root.join("kernel"), |p| {
-            p.extension().is_some_and(|x| x == "patch") || p.ends_with("uml.config")
+        // The kernel the guests run: kernel/patches and uml.config (kernel/lab's patches are
+        // built only on request, from a copy of kernel/, so they are not embedded).
+        let kernel = root.join("kernel");
+        assert_matches_tree(Set::Kernel, &kernel, |p| {
+            (p.parent() == Some(&kernel.join("patches"))
+                && p.extension().is_some_and(|x| x == "patch"))
+                || p == kernel.join("uml.config")
         });
     }
 
