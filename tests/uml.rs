@@ -1907,3 +1907,129 @@ fn the_light_sender_makes_no_per_write_clock_reads_or_ioctls_in_the_guest() {
     assert!(ioctl * 10 < writes, "{ioctl} ioctls for {writes} writes");
     drop(sink);
 }
+
+/// The selftest that kernel/patches 0009 adds (tools/testing/selftests/net/
+/// tcp_tstamp_backlog.{c,sh}), taken from the patch itself and its program compiled here;
+/// returns (its directory, the script, the program).
+fn tstamp_backlog_selftest() -> (TempDir, PathBuf, PathBuf) {
+    let patches = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernel/patches");
+    let patch = std::fs::read_dir(&patches)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("0009-selftests-net-TX-timestamp")
+        })
+        .expect("no 0009 selftest patch in kernel/patches");
+    let dir = tempdir("tstamp-selftest");
+    let mut apply = std::process::Command::new("git");
+    apply
+        .current_dir(&dir)
+        .args(["apply", "--include=*/tcp_tstamp_backlog.*"])
+        .arg(&patch);
+    let res = output_within(apply, Duration::from_secs(30));
+    assert_eq!(res.code(), Some(0), "git apply: {}", res.stderr);
+    let net = dir.join("tools/testing/selftests/net");
+    let (src, bin, sh) = (
+        net.join("tcp_tstamp_backlog.c"),
+        net.join("tcp_tstamp_backlog"),
+        net.join("tcp_tstamp_backlog.sh"),
+    );
+    // In-tree the selftest builds against the kernel's own uapi headers; this machine's may
+    // predate SOF_TIMESTAMPING_OPT_ID_TCP (Linux 6.2).
+    let headers = std::fs::read_to_string("/usr/include/linux/net_tstamp.h").unwrap_or_default();
+    let mut args = vec!["-Wall", "-Werror", "-O2"];
+    if !headers.contains("SOF_TIMESTAMPING_OPT_ID_TCP") {
+        args.push("-DSOF_TIMESTAMPING_OPT_ID_TCP=(1<<16)");
+    }
+    args.extend_from_slice(&["-o", bin.to_str().unwrap(), src.to_str().unwrap()]);
+    let res = run_program("gcc", &args, Duration::from_secs(60));
+    assert_eq!(res.code(), Some(0), "gcc: {}", res.stderr);
+    (dir, sh, bin)
+}
+
+/// The four cases' verdict lines ("ok     NAME ..." / "FAIL   NAME ..."), by case name.
+fn selftest_verdicts(output: &str) -> Vec<(bool, String)> {
+    output
+        .lines()
+        .filter_map(|l| {
+            let ok = l.starts_with("ok ");
+            (ok || l.starts_with("FAIL ")).then(|| (ok, l[6..].trim().to_string()))
+        })
+        .collect()
+}
+
+/// Issue: "TX timestamps that never come". Over a 2 Mbit backlog, writes without MSG_EOR lose
+/// their requests to the next write on any kernel (by design: one request per skb); with
+/// MSG_EOR every write keeps its own, and a write that returns short under NOTSENT_LOWAT
+/// does so only with 0007 ("tcp: keep MSG_EOR's boundary when sendmsg() returns short").
+/// The same selftest runs on this machine's kernel (no fix: that one case fails) and in the
+/// guest (the fix: all four pass).
+#[test]
+fn msg_eor_keeps_every_tx_report_over_a_backlog_only_with_the_fix() {
+    if in_guest() {
+        return;
+    }
+    let _g = serial();
+    require_root();
+    let kernel = kernel();
+    let (dir, sh, bin) = tstamp_backlog_selftest();
+    let short_case = "MSG_EOR: lowat 16K, 64 KiB writes, each returning short";
+
+    let host = run_program(
+        sh.to_str().unwrap(),
+        &[bin.to_str().unwrap()],
+        Duration::from_secs(600),
+    );
+    println!("host kernel:\n{}{}", host.stdout, host.stderr);
+    let verdicts = selftest_verdicts(&host.stdout);
+    assert_eq!(
+        verdicts.len(),
+        4,
+        "host run: {}{}",
+        host.stdout,
+        host.stderr
+    );
+    for (ok, line) in &verdicts {
+        assert_eq!(
+            *ok,
+            !line.starts_with(short_case),
+            "host kernel (without 0007): {line} — if this kernel keeps MSG_EOR on short \
+             writes, the 'without the fix' half needs another kernel"
+        );
+    }
+    assert_eq!(host.code(), Some(1));
+
+    let bed = Bed::up("tsb", &["--rate", "100mbit"]);
+    let script = [
+        // The guest's root is the host's, read-only; `ip netns` needs a writable /run.
+        "mount -t tmpfs none /run".to_string(),
+        "mkdir -p /run/netns".to_string(),
+        format!(
+            "{} {} > $OUT/selftest.txt 2>&1; echo $? > $OUT/selftest.rc",
+            sh.display(),
+            bin.display()
+        ),
+    ];
+    let (res, out) = script_in_guest(&bed, &kernel, &[], "tstamp-selftest-guest", &script);
+    let text = std::fs::read_to_string(out.join("selftest.txt")).unwrap_or_default();
+    println!("guest kernel:\n{text}");
+    assert_eq!(
+        res.code(),
+        Some(0),
+        "guest: {}\n{}",
+        res.stderr,
+        console(&out)
+    );
+    let verdicts = selftest_verdicts(&text);
+    assert_eq!(verdicts.len(), 4, "guest run: {text}\n{}", console(&out));
+    assert!(
+        verdicts.iter().all(|(ok, _)| *ok),
+        "guest kernel (with 0007): {text}"
+    );
+    let rc = std::fs::read_to_string(out.join("selftest.rc")).unwrap_or_default();
+    assert_eq!(rc.trim(), "0", "{text}");
+    drop(dir);
+}

@@ -441,7 +441,15 @@ pub fn checkpatch(inputs: &BuildInputs) -> Result<String, BuildError> {
     step(&mut tar, &log)?;
     let out = Command::new("perl")
         .arg(tmp.join("scripts/checkpatch.pl"))
-        .args(["--no-tree", "--strict", "--no-color"])
+        // --no-tree cannot read MAINTAINERS, so every new file draws "does MAINTAINERS
+        // need updating?"; the selftest's directory is covered there (NETWORKING [GENERAL]).
+        .args([
+            "--no-tree",
+            "--strict",
+            "--no-color",
+            "--ignore",
+            "FILE_PATH_CHANGES",
+        ])
         .args(&inputs.patches)
         .output()
         .map_err(io_err(&tmp))?;
