@@ -897,3 +897,46 @@ fn the_default_delay_implementation_fits_the_kernel_and_keeps_the_rtt() {
         "min_rtt {got} ms for --rtt 100ms with {want}"
     );
 }
+
+/// Over a backlog each write takes the previous write's TX timestamp request over (the kernel
+/// keeps one per skb): sbm-send says so in summary.json and its summary, naming the estimator
+/// per-write delay then rests on; with --eor every 4 KiB write (none short) keeps its own
+/// report and there is nothing to say.
+#[test]
+fn most_writes_without_their_own_tx_report_are_explained_and_eor_keeps_them() {
+    let _g = serial();
+    let bed = Bed::up("own", &["--rate", "2mbit"]);
+    let common = [
+        "-t",
+        "6s",
+        "--warmup",
+        "2s",
+        "-l",
+        "4KiB",
+        "--notsent-lowat",
+        "16KB",
+    ];
+    let s = bed.transfer(&common);
+    let a = &s["attribution"];
+    let n = |k: &str| a[k].as_u64().unwrap();
+    // Without their own report, writes are coalesced (a later write's time bounds them) or
+    // missing (that time came too late after the byte's departure to be a bound).
+    assert!(n("coalesced") + n("missing") > n("exact"), "{a}");
+    let warnings = s["warnings"].to_string();
+    assert!(
+        warnings.contains("have a TX report of their own")
+            && warnings.contains("rests on the snd_nxt sampler"),
+        "{warnings}"
+    );
+    let mut eor = common.to_vec();
+    eor.push("--eor");
+    let s = bed.transfer(&eor);
+    let a = &s["attribution"];
+    assert_eq!(a["coalesced"].as_u64(), Some(0), "{a}");
+    assert_eq!(s["totals"]["short_writes"].as_u64(), Some(0));
+    assert!(
+        !s["warnings"].to_string().contains("TX report of their own"),
+        "{}",
+        s["warnings"]
+    );
+}

@@ -1976,7 +1976,7 @@ fn msg_eor_keeps_every_tx_report_over_a_backlog_only_with_the_fix() {
     require_root();
     let kernel = kernel();
     let (dir, sh, bin) = tstamp_backlog_selftest();
-    let short_case = "MSG_EOR: lowat 16K, 64 KiB writes, each returning short";
+    let short_case = "MSG_EOR: lowat 16K, 64 KiB writes, some returning short";
 
     let host = run_program(
         sh.to_str().unwrap(),

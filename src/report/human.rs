@@ -191,10 +191,13 @@ pub fn send_summary_text(s: &SendSummary) -> String {
                 String::new()
             }
         );
+        if let Some(n) = super::own_reports::note(s) {
+            let _ = writeln!(out, "note: {n}");
+        }
         if a.missing > 0 {
             let _ = writeln!(
                 out,
-                "warning: {} writes have no SCHED time: their reports were lost (error queue overflow?)",
+                "warning: {} writes have no SCHED time: neither their own report nor a later write's bounds them (requests taken over, see the note above, or reports lost to an error-queue overflow)",
                 a.missing
             );
         }

@@ -6,6 +6,7 @@ pub mod compressed;
 pub mod csv_file;
 pub mod csv_row;
 pub mod human;
+pub mod own_reports;
 pub mod schema;
 
 pub use csv_file::CsvFile;

@@ -8,9 +8,10 @@
 //! * `exact`: that key is the write's own last byte;
 //! * `coalesced`: the key belongs to a later write, so the time is an upper bound for this
 //!   write (bytes leave in order). Usually the later write was appended to the same skb
-//!   and overwrote the key; on Linux 6.18 a write whose unsent tail the next write extends
-//!   can also lose its report in every kind (seen on loopback with 64 KiB writes), and
-//!   such a write is indistinguishable from one whose reports were all lost;
+//!   and overwrote the key. Over a backlog that is most writes: the next write extends the
+//!   unsent remainder of the skb holding this write's key and takes the request over, also
+//!   after a short write with MSG_EOR on kernels without kernel/patches/0007
+//!   (docs/tx-timestamps.md, results/tx-report-loss);
 //! * `missing`: the skb that carried this write's bytes was reported in some other kind
 //!   (its key is known as a boundary) but not in this one: the report was lost
 //!   (error-queue overflow); or, where the exact departure of the write's last byte is

@@ -125,7 +125,7 @@ impl Sender<'_> {
             goodput_window_s: goodput_window.as_secs_f64(),
         };
         let cfg = self.cfg;
-        let summary = SendSummary {
+        let mut summary = SendSummary {
             schema_version: crate::report::schema::SUMMARY_SCHEMA_VERSION,
             sbm_version: env!("CARGO_PKG_VERSION").into(),
             label: cfg.label.clone(),
@@ -184,6 +184,10 @@ impl Sender<'_> {
             resources: crate::report::schema::Resources::of_self(),
             drain,
         };
+        // Why most writes lack a TX report of their own, if they do (summary.json and banner).
+        summary
+            .warnings
+            .extend(crate::report::own_reports::note(&summary));
         let mut outcome = SendOutcome {
             summary,
             exit_code,
