@@ -30,6 +30,7 @@ fn program(name: &str) -> String {
         | "scripts/soak"
         | "scripts/uml-alarm-trace"
         | "scripts/displaced-stamps"
+        | "scripts/tx-report-trace"
         | "testbed/wan"
         | "testbed/shape"
         | "testbed/uml"
@@ -326,6 +327,9 @@ const CASES: &[Case] = &[
     ("scripts/displaced-stamps", &["--sizes", ","], 2, "--sizes"),
     ("scripts/displaced-stamps", &["--duration", "4"], 2, "--duration"),
     ("scripts/displaced-stamps", &["--out"], 2, "--out"),
+    ("scripts/tx-report-trace", &["--bogus"], 2, "--bogus"),
+    ("scripts/tx-report-trace", &["--reps", "-1"], 2, "--reps"),
+    ("scripts/tx-report-trace", &["--guest-reps", "x"], 2, "--guest-reps"),
     ("kernel/mutate", &["--bogus"], 2, "--bogus"),
     ("kernel/mutate", &["--work"], 2, "--work"),
     ("testbed/wan", &["up", "--rate", "fast"], 2, "--rate"),
