@@ -330,6 +330,7 @@ const CASES: &[Case] = &[
     ("scripts/tx-report-trace", &["--bogus"], 2, "--bogus"),
     ("scripts/tx-report-trace", &["--reps", "-1"], 2, "--reps"),
     ("scripts/tx-report-trace", &["--guest-reps", "x"], 2, "--guest-reps"),
+    ("scripts/tx-report-trace", &["--build"], 2, "--build"),
     ("kernel/mutate", &["--bogus"], 2, "--bogus"),
     ("kernel/mutate", &["--work"], 2, "--work"),
     ("testbed/wan", &["up", "--rate", "fast"], 2, "--rate"),

@@ -1909,44 +1909,24 @@ fn the_light_sender_makes_no_per_write_clock_reads_or_ioctls_in_the_guest() {
 }
 
 /// The selftest that kernel/patches 0009 adds (tools/testing/selftests/net/
-/// tcp_tstamp_backlog.{c,sh}), taken from the patch itself and its program compiled here;
-/// returns (its directory, the script, the program).
+/// tcp_tstamp_backlog.{c,sh}), taken from the patch and compiled by
+/// `scripts/tx-report-trace --build`; returns (its directory, the script, the program).
 fn tstamp_backlog_selftest() -> (TempDir, PathBuf, PathBuf) {
-    let patches = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernel/patches");
-    let patch = std::fs::read_dir(&patches)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("0009-selftests-net-TX-timestamp")
-        })
-        .expect("no 0009 selftest patch in kernel/patches");
     let dir = tempdir("tstamp-selftest");
-    let mut apply = std::process::Command::new("git");
-    apply
-        .current_dir(&dir)
-        .args(["apply", "--include=*/tcp_tstamp_backlog.*"])
-        .arg(&patch);
-    let res = output_within(apply, Duration::from_secs(30));
-    assert_eq!(res.code(), Some(0), "git apply: {}", res.stderr);
-    let net = dir.join("tools/testing/selftests/net");
-    let (src, bin, sh) = (
-        net.join("tcp_tstamp_backlog.c"),
-        net.join("tcp_tstamp_backlog"),
-        net.join("tcp_tstamp_backlog.sh"),
+    let res = run_program(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/tx-report-trace"),
+        &["--build", dir.to_str().unwrap()],
+        Duration::from_secs(90),
     );
-    // In-tree the selftest builds against the kernel's own uapi headers; this machine's may
-    // predate SOF_TIMESTAMPING_OPT_ID_TCP (Linux 6.2).
-    let headers = std::fs::read_to_string("/usr/include/linux/net_tstamp.h").unwrap_or_default();
-    let mut args = vec!["-Wall", "-Werror", "-O2"];
-    if !headers.contains("SOF_TIMESTAMPING_OPT_ID_TCP") {
-        args.push("-DSOF_TIMESTAMPING_OPT_ID_TCP=(1<<16)");
-    }
-    args.extend_from_slice(&["-o", bin.to_str().unwrap(), src.to_str().unwrap()]);
-    let res = run_program("gcc", &args, Duration::from_secs(60));
-    assert_eq!(res.code(), Some(0), "gcc: {}", res.stderr);
+    assert_eq!(
+        res.code(),
+        Some(0),
+        "tx-report-trace --build: {}",
+        res.stderr
+    );
+    let mut paths = res.stdout.lines().map(PathBuf::from);
+    let (sh, bin) = (paths.next().unwrap(), paths.next().unwrap());
+    assert!(sh.is_file() && bin.is_file(), "{}", res.stdout);
     (dir, sh, bin)
 }
 

@@ -197,7 +197,7 @@ pub fn send_summary_text(s: &SendSummary) -> String {
         if a.missing > 0 {
             let _ = writeln!(
                 out,
-                "warning: {} writes have no SCHED time: neither their own report nor a later write's bounds them (requests taken over, see the note above, or reports lost to an error-queue overflow)",
+                "warning: {} writes have no SCHED time: neither their own report nor a later write's bounds them (requests taken over by later writes, or reports lost to an error-queue overflow)",
                 a.missing
             );
         }
