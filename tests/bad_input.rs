@@ -197,6 +197,7 @@ const CASES: &[Case] = &[
     ("sbm-sink", &["--listen", "127.0.0.1:0", "--out", "/proc/sbm-none/x"], 1, "output directory"),
     ("sbm-sink", &["--rcvbuf", "lots"], 2, "--rcvbuf"),
     ("sbm-sink", &["--expect-trip-times=yes"], 2, "--expect-trip-times"),
+    ("sbm-sink", &["--copy-reads=yes"], 2, "--copy-reads"),
     ("sbm-sink", &["--quiet=yes"], 2, "--quiet"),
     ("sbm-sink", &["--max-conns", "0"], 2, "--max-conns"),
     ("sbm-sink", &["--idle-timeout", "5 minutes"], 2, "--idle-timeout"),

@@ -218,6 +218,9 @@ pub struct SinkIntervalRow {
     pub latency_p50_us: Option<u64>,
     pub latency_p95_us: Option<u64>,
     pub latency_max_us: Option<u64>,
+    /// Of `bytes`, those the kernel discarded without copying them to the sink
+    /// (recv with MSG_TRUNC, as iperf3's --skip-rx-copy: plain streams, unless --copy-reads).
+    pub uncopied_bytes: u64,
 }
 
 impl SinkIntervalRow {
@@ -243,6 +246,7 @@ impl SinkIntervalRow {
             latency_p50_us: None,
             latency_p95_us: None,
             latency_max_us: None,
+            uncopied_bytes: 0,
         }
     }
 }

@@ -16,6 +16,7 @@ Examples:
   sbm-sink --once -J > sink.json            # the connection's total as JSON
   sbm-sink --listen 198.18.0.2:5301 --once --out results/sink
   sbm-sink --max-conns 64 --idle-timeout 30s -q   # a shared host: bounded and tidy
+  sbm-sink --copy-reads                     # copy what arrives, as an application would
 
 Prints a line per connection per interval and a total when each connection closes.
 Stop it with Ctrl-C (open connections get their totals first).
@@ -74,6 +75,13 @@ pub struct SinkArgs {
     /// never does (the kernel's own delayed-ACK heuristics throughout).
     #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
     pub ack: AckPolicy,
+
+    /// Copy every stream's bytes into sbm-sink, as a receiving application would. By
+    /// default a plain stream's bytes, once its first ones are seen, are discarded in the
+    /// kernel without a copy (recv with MSG_TRUNC, as iperf3's --skip-rx-copy; counted in
+    /// the `uncopied_bytes` column); --trip-times streams are always read.
+    #[arg(long)]
+    pub copy_reads: bool,
 
     /// Print only connection totals, not interval lines.
     #[arg(short = 'q', long)]

@@ -44,6 +44,7 @@ fn run_args(args: cli::SinkArgs) -> Result<i32, Failure> {
         keep_totals: args.json,
         max_conns: args.max_conns as usize,
         idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
+        copy_reads: args.copy_reads,
     };
     let totals = run(&cfg).map_err(Failure::env)?;
     if args.json {

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::signal::Signal;
+use nix::sys::socket::MsgFlags;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::clock::realtime_ns;
@@ -68,6 +69,9 @@ pub struct SinkConfig {
     pub max_conns: usize,
     /// Close a connection that has sent nothing for this long (None: never).
     pub idle_timeout: Option<Duration>,
+    /// Copy plain streams' bytes as an application would (`--copy-reads`), rather than
+    /// letting the kernel discard them.
+    pub copy_reads: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +119,18 @@ fn os(what: &'static str) -> impl FnOnce(nix::Error) -> SinkError {
     }
 }
 
+/// Consumes up to `buf.len()` bytes without copying them (recv with MSG_TRUNC, which TCP
+/// takes as "consume, do not copy": `buf` is only the most to consume); returns how many.
+fn discard_read(sock: &Socket, buf: &mut [u8]) -> io::Result<usize> {
+    nix::sys::socket::recv(sock.as_raw_fd(), buf, MsgFlags::MSG_TRUNC).map_err(io::Error::from)
+}
+
+/// Asks for the next ACK at once: delayed ACKs would blur a trip-timed sender's ACK times.
+/// (Linux leaves quick-ACK mode by itself, so this is per read.)
+fn request_quickack(sock: &Socket) {
+    let _ = crate::sys::set_int(sock.as_fd(), libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+}
+
 /// How a connection ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Ending {
@@ -141,6 +157,10 @@ struct Conn {
     bytes: u64,
     interval_start: Duration,
     interval_bytes: u64,
+    /// Of `bytes` (and `interval_bytes`), those the kernel discarded without copying them
+    /// to the sink (plain streams, unless --copy-reads).
+    uncopied: u64,
+    interval_uncopied: u64,
     /// When the last bytes arrived (or the connection was accepted): for --idle-timeout.
     last_data: Instant,
     stream: StreamState,
@@ -378,6 +398,8 @@ impl Sink<'_> {
                 bytes: 0,
                 interval_start: Duration::ZERO,
                 interval_bytes: 0,
+                uncopied: 0,
+                interval_uncopied: 0,
                 last_data: now,
                 stream: StreamState::new(self.cfg.expect_trip_times),
                 opening: Vec::new(),
@@ -418,12 +440,33 @@ impl Sink<'_> {
     fn read_conn(&mut self, token: u64) -> Option<Ending> {
         let conn = self.conns.get_mut(&token)?;
         for _ in 0..READS_PER_EVENT {
-            match (&conn.sock).read(&mut self.buf) {
+            // Once a stream is known to be plain (past its opening, which tells sbm-send -R
+            // and iperf3 clients apart), its bytes are only counted: the kernel can drop them
+            // without the copy that dominates a receiver's CPU at line rate.
+            let discard = !self.cfg.copy_reads
+                && conn.bytes >= IPERF3_COOKIE_LEN as u64
+                && conn.stream.is_plain();
+            let got = if discard {
+                discard_read(&conn.sock, &mut self.buf)
+            } else {
+                (&conn.sock).read(&mut self.buf)
+            };
+            match got {
                 Ok(0) => {
                     return Some(match conn.stream.finish(realtime_ns()) {
                         Ok(()) => Ending::Eof,
                         Err(e) => Ending::Protocol(e.to_string()),
                     })
+                }
+                Ok(n) if discard => {
+                    conn.last_data = Instant::now();
+                    conn.bytes += n as u64;
+                    conn.interval_bytes += n as u64;
+                    conn.uncopied += n as u64;
+                    conn.interval_uncopied += n as u64;
+                    if self.cfg.ack.quickack(false) {
+                        request_quickack(&conn.sock);
+                    }
                 }
                 Ok(n) => {
                     let read_ns = realtime_ns();
@@ -458,14 +501,7 @@ impl Sink<'_> {
                         return Some(Ending::Protocol(e.to_string()));
                     }
                     if self.cfg.ack.quickack(conn.stream.is_trip()) {
-                        // Delayed ACKs would blur the sender's ACK times: ACK at once.
-                        // (Linux leaves quick-ACK mode by itself, so this is per read.)
-                        let _ = crate::sys::set_int(
-                            conn.sock.as_fd(),
-                            libc::IPPROTO_TCP,
-                            libc::TCP_QUICKACK,
-                            1,
-                        );
+                        request_quickack(&conn.sock);
                     }
                     if !was_trip && conn.stream.peer_boot_id().is_some() {
                         let shared =
@@ -581,12 +617,13 @@ impl Sink<'_> {
         }
     }
 
+    /// A row of the `(bytes, uncopied)` read over `start`..`end`.
     fn interval_row(
         conn: &Conn,
         kind: &'static str,
         start: Duration,
         end: Duration,
-        bytes: u64,
+        (bytes, uncopied): (u64, u64),
     ) -> SinkIntervalRow {
         let lat = if kind == "total" {
             conn.stream.latency()
@@ -598,6 +635,7 @@ impl Sink<'_> {
             latency_p50_us: lat.p50_us,
             latency_p95_us: lat.p95_us,
             latency_max_us: lat.max_us,
+            uncopied_bytes: uncopied,
             ..SinkIntervalRow::counted(conn.id, conn.peer.to_string(), kind, start, end, bytes)
         }
     }
@@ -636,7 +674,7 @@ impl Sink<'_> {
                 "interval",
                 conn.interval_start,
                 end,
-                conn.interval_bytes,
+                (conn.interval_bytes, conn.interval_uncopied),
             );
             self.emit(row)?;
         }
@@ -648,7 +686,8 @@ impl Sink<'_> {
                 conn.bytes
             );
         }
-        let total = Self::interval_row(&conn, "total", Duration::ZERO, end, conn.bytes);
+        let counts = (conn.bytes, conn.uncopied);
+        let total = Self::interval_row(&conn, "total", Duration::ZERO, end, counts);
         self.emit(total)?;
         if ending == Ending::Eof {
             self.start_reply(token, conn)?;
@@ -745,10 +784,11 @@ impl Sink<'_> {
                     "interval",
                     start,
                     end,
-                    conn.interval_bytes,
+                    (conn.interval_bytes, conn.interval_uncopied),
                 ));
                 conn.interval_start = end;
                 conn.interval_bytes = 0;
+                conn.interval_uncopied = 0;
                 conn.stream.reset_interval();
             }
         }

@@ -116,6 +116,11 @@ impl StreamState {
         matches!(self.mode, Mode::Trip(_))
     }
 
+    /// Known to be a plain stream: nothing in its bytes is read.
+    pub fn is_plain(&self) -> bool {
+        matches!(self.mode, Mode::Plain)
+    }
+
     /// The trip-timed stream's measurements, once the stream is known to be one.
     pub fn trip(&self) -> Option<&TripStream> {
         match &self.mode {
