@@ -35,6 +35,11 @@ fn kernel() -> PathBuf {
         assert!(k.is_file(), "SBM_UML_KERNEL={} is not a file", k.display());
         return k;
     }
+    built_kernel()
+}
+
+/// The cached kernel built from kernel/patches as committed (built on first use).
+fn built_kernel() -> PathBuf {
     let res = Running::spawn_program(testbed_bin().to_str().unwrap(), &["uml", "path"])
         .wait(Duration::from_secs(20 * 60));
     assert_eq!(
@@ -2012,4 +2017,109 @@ fn msg_eor_keeps_every_tx_report_over_a_backlog_only_with_the_fix() {
     let rc = std::fs::read_to_string(out.join("selftest.rc")).unwrap_or_default();
     assert_eq!(rc.trim(), "0", "{text}");
     drop(dir);
+}
+
+/// The selftests the series adds, as the kernel build left them beside the cached kernel
+/// (built in the patched tree, laid out as the selftests' `make install` does). A mutant
+/// kernel (SBM_UML_KERNEL) is tested with the selftests of the series as committed: they
+/// are user-space programs. `SBM_KSELFTEST_DIR` names another such copy (one being worked
+/// on, without rebuilding the kernel for each change).
+fn kselftests() -> PathBuf {
+    let dir = std::env::var_os("SBM_KSELFTEST_DIR").map_or_else(
+        || built_kernel().parent().unwrap().join("kselftest"),
+        PathBuf::from,
+    );
+    assert!(
+        dir.join("kselftest/runner.sh").is_file(),
+        "no kselftest runner in {}",
+        dir.display()
+    );
+    dir
+}
+
+/// Runs one test of the net collection with kselftest's runner (as `run_kselftest.sh -t
+/// net:TEST` does), from the copy in `dir`; the runner's TAP output and the test's own
+/// lines go to `$OUT/NAME.tap`.
+fn kselftest_command(dir: &Path, test: &str, name: &str) -> String {
+    // Appending: the runner's own lines and the prefixed test output reach the file through
+    // separate descriptors, and a truncating one would write over the others.
+    format!(
+        "(cd {dir}/net && BASE_DIR={dir} && . {dir}/kselftest/runner.sh && run_many ./{test}) \
+         >> $OUT/{name}.tap 2>&1",
+        dir = dir.display()
+    )
+}
+
+/// The TAP result line of a kselftest run ("ok 1 selftests: net: TEST" or "not ok ...",
+/// possibly "# SKIP").
+fn tap_result<'a>(tap: &'a str, test: &str) -> Option<&'a str> {
+    tap.lines()
+        .find(|l| (l.starts_with("ok ") || l.starts_with("not ok ")) && l.contains(test))
+}
+
+/// Patch 0010's selftest (tools/testing/selftests/net/tcp_replenish_time.sh), built in the
+/// patched tree and run by kselftest's runner: every case passes in the guest, and on this
+/// machine's kernel (no TCP_REPLENISH_TIME) the test skips rather than fails.
+#[test]
+fn replenish_selftest_passes_under_kselftest_in_the_guest_and_skips_without_the_option() {
+    if in_guest() {
+        return;
+    }
+    let _g = serial();
+    require_root();
+    let kernel = kernel();
+    let ksft = kselftests();
+    let test = "tcp_replenish_time.sh";
+
+    let host_out = tempdir("replenish-selftest-host");
+    let host = run_program(
+        "sh",
+        &[
+            "-c",
+            &kselftest_command(&ksft, test, "host").replace("$OUT", host_out.to_str().unwrap()),
+        ],
+        Duration::from_secs(300),
+    );
+    let host_tap = std::fs::read_to_string(host_out.join("host.tap")).unwrap_or_default();
+    println!("host kernel:\n{host_tap}");
+    assert_eq!(host.code(), Some(0), "{}{}", host.stdout, host.stderr);
+    let line = tap_result(&host_tap, test).unwrap_or_else(|| panic!("no TAP result: {host_tap}"));
+    assert!(
+        line.starts_with("ok ") && line.contains("# SKIP"),
+        "on a kernel without the option the test must skip: {line}"
+    );
+
+    let bed = Bed::up("rsk", &["--rate", "100mbit"]);
+    let script = [
+        // The guest's root is the host's, read-only; `ip netns` needs a writable /run.
+        "mount -t tmpfs none /run".to_string(),
+        "mkdir -p /run/netns".to_string(),
+        // kselftest's runner writes to /dev/stdout, which udev would have made.
+        "[ -e /dev/stdout ] || ln -s /proc/self/fd/1 /dev/stdout".to_string(),
+        kselftest_command(&ksft, test, "guest"),
+    ];
+    let (res, out) = script_in_guest(&bed, &kernel, &[], "replenish-selftest-guest", &script);
+    let tap = std::fs::read_to_string(out.join("guest.tap")).unwrap_or_default();
+    println!("guest kernel:\n{tap}");
+    assert_eq!(
+        res.code(),
+        Some(0),
+        "guest: {}\n{}",
+        res.stderr,
+        console(&out)
+    );
+    let cases: Vec<&str> = tap
+        .lines()
+        .filter(|l| l.contains("ok     ") || l.contains("FAIL   ") || l.contains("SKIP   "))
+        .collect();
+    assert_eq!(cases.len(), 10, "ten cases: {tap}");
+    assert!(
+        cases.iter().all(|l| l.contains("ok     ")),
+        "guest kernel: {tap}"
+    );
+    let line = tap_result(&tap, test).unwrap_or_else(|| panic!("no TAP result: {tap}"));
+    assert!(
+        line.starts_with("ok ") && !line.contains("SKIP"),
+        "guest kernel: {line}"
+    );
 }

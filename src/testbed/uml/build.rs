@@ -287,7 +287,7 @@ pub fn build(
             source: e.into(),
         },
     )?;
-    if !force && kernel.is_file() {
+    if !force && kernel.is_file() && dir.join(KSELFTEST_DIR).is_dir() {
         if let Some(record) = fs::read(&record_path)
             .ok()
             .and_then(|b| serde_json::from_slice::<BuildRecord>(&b).ok())
@@ -378,6 +378,8 @@ pub fn build(
         &log,
     )?;
     fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    progress("building the series' selftests in the tree");
+    build_selftests(&work, &dir.join(KSELFTEST_DIR), &log)?;
     let built = work.join("linux");
     fs::copy(&built, &kernel).map_err(io_err(&kernel))?;
     fs::copy(&dotconfig_path, dir.join("config")).map_err(io_err(&dir))?;
@@ -402,6 +404,70 @@ pub fn build(
         record,
         fresh: true,
     })
+}
+
+/// Beside the cached kernel: the selftests the patches add, built in the patched tree, with
+/// kselftest's runner, laid out as `make install` of the selftests lays them out
+/// (`kselftest/runner.sh`, `net/...`), so that a guest runs them as CI systems do.
+pub const KSELFTEST_DIR: &str = "kselftest";
+
+/// The selftests (C programs and scripts) that kernel/patches add under
+/// tools/testing/selftests/net.
+pub const SERIES_SELFTESTS: &[(&str, &str)] = &[
+    ("tcp_replenish_time", "tcp_replenish_time.sh"),
+    ("tcp_tstamp_backlog", "tcp_tstamp_backlog.sh"),
+];
+
+/// Builds SERIES_SELFTESTS in the configured tree `work` against its own exported headers
+/// (`make headers`, for the host's architecture: UML exports none) and copies them, with
+/// kselftest's runner and the net collection's settings, to `out`.
+fn build_selftests(work: &Path, out: &Path, log: &Path) -> Result<(), BuildError> {
+    step(
+        Command::new("make")
+            .arg("-C")
+            .arg(work)
+            .args([&format!("ARCH={}", host_kernel_arch()), "headers"]),
+        log,
+    )?;
+    let net = work.join("tools/testing/selftests/net");
+    let mut make = Command::new("make");
+    make.arg("-C").arg(&net);
+    // By their full path, so that the selftests' own rule (lib.mk's `$(OUTPUT)/%`) and the
+    // net Makefile's per-program flags apply.
+    for (program, _) in SERIES_SELFTESTS {
+        make.arg(net.join(program));
+    }
+    step(&mut make, log)?;
+    if out.exists() {
+        fs::remove_dir_all(out).map_err(io_err(out))?;
+    }
+    let out_net = out.join("net");
+    fs::create_dir_all(&out_net).map_err(io_err(&out_net))?;
+    step(
+        Command::new("cp")
+            .arg("-a")
+            .arg(work.join("tools/testing/selftests/kselftest"))
+            .arg(out),
+        log,
+    )?;
+    let mut files: Vec<&str> = vec!["settings"];
+    for (program, script) in SERIES_SELFTESTS {
+        files.extend([*program, *script]);
+    }
+    for f in files {
+        let from = net.join(f);
+        fs::copy(&from, out_net.join(f)).map_err(io_err(&from))?;
+    }
+    Ok(())
+}
+
+/// The kernel's name for this machine's architecture (`make ARCH=`), for exported headers.
+fn host_kernel_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" | "x86" => "x86",
+        "aarch64" => "arm64",
+        other => other,
+    }
 }
 
 /// Finds the inputs in `kernel_dir` and builds (or finds in `cache_root`) the kernel,
