@@ -169,6 +169,18 @@ struct Conn {
 }
 
 impl Conn {
+    /// Counts `n` bytes that arrived just now (`uncopied`: consumed without a copy).
+    fn count(&mut self, n: usize, uncopied: bool) {
+        let n = n as u64;
+        self.last_data = Instant::now();
+        self.bytes += n;
+        self.interval_bytes += n;
+        if uncopied {
+            self.uncopied += n;
+            self.interval_uncopied += n;
+        }
+    }
+
     fn elapsed(&self) -> Duration {
         self.accepted_at.elapsed()
     }
@@ -459,20 +471,14 @@ impl Sink<'_> {
                     })
                 }
                 Ok(n) if discard => {
-                    conn.last_data = Instant::now();
-                    conn.bytes += n as u64;
-                    conn.interval_bytes += n as u64;
-                    conn.uncopied += n as u64;
-                    conn.interval_uncopied += n as u64;
+                    conn.count(n, true);
                     if self.cfg.ack.quickack(false) {
                         request_quickack(&conn.sock);
                     }
                 }
                 Ok(n) => {
                     let read_ns = realtime_ns();
-                    conn.last_data = Instant::now();
-                    conn.bytes += n as u64;
-                    conn.interval_bytes += n as u64;
+                    conn.count(n, false);
                     let before = conn.bytes - n as u64;
                     if before < IPERF3_COOKIE_LEN as u64 {
                         let take = n.min(IPERF3_COOKIE_LEN - before as usize);
