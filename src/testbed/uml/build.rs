@@ -484,7 +484,33 @@ pub fn build_from(
     build(&inputs, jobs, force, progress)
 }
 
-/// Runs the source's scripts/checkpatch.pl (strict, as netdev does) on the patches.
+/// The patches of the posting copy of the replenish series (kernel/patches/v3) without its
+/// cover letter, which has no diff: checkpatch reads them too. None in an install without the
+/// source tree (they are not embedded: nothing builds them).
+fn posting_copy(inputs: &BuildInputs) -> Result<Vec<PathBuf>, BuildError> {
+    let Some(dir) = inputs
+        .patches
+        .first()
+        .and_then(|p| p.parent())
+        .map(|d| d.join("v3"))
+    else {
+        return Ok(Vec::new());
+    };
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut found: Vec<PathBuf> = fs::read_dir(&dir)
+        .map_err(io_err(&dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "patch"))
+        .filter(|p| !p.to_string_lossy().ends_with("cover-letter.patch"))
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// Runs the source's scripts/checkpatch.pl (strict, as netdev does) on the patches and on
+/// the posting copy's.
 /// Returns checkpatch's report; an error when it finds anything.
 pub fn checkpatch(inputs: &BuildInputs) -> Result<String, BuildError> {
     let tmp = inputs.cache_root.join("checkpatch");
@@ -517,6 +543,7 @@ pub fn checkpatch(inputs: &BuildInputs) -> Result<String, BuildError> {
             "FILE_PATH_CHANGES",
         ])
         .args(&inputs.patches)
+        .args(posting_copy(inputs)?)
         .output()
         .map_err(io_err(&tmp))?;
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
