@@ -31,6 +31,7 @@ fn program(name: &str) -> String {
         | "scripts/uml-alarm-trace"
         | "scripts/displaced-stamps"
         | "scripts/tx-report-trace"
+        | "scripts/analysis/invitation-backlog.py"
         | "testbed/wan"
         | "testbed/shape"
         | "testbed/uml"
@@ -332,6 +333,9 @@ const CASES: &[Case] = &[
     ("scripts/tx-report-trace", &["--reps", "-1"], 2, "--reps"),
     ("scripts/tx-report-trace", &["--guest-reps", "x"], 2, "--guest-reps"),
     ("scripts/tx-report-trace", &["--build"], 2, "--build"),
+    ("scripts/analysis/invitation-backlog.py", &[], 2, "a run directory"),
+    ("scripts/analysis/invitation-backlog.py", &["--bogus"], 2, "a run directory"),
+    ("scripts/analysis/invitation-backlog.py", &["/nonexistent"], 1, "no summary.csv"),
     ("kernel/mutate", &["--bogus"], 2, "--bogus"),
     ("kernel/mutate", &["--work"], 2, "--work"),
     ("testbed/wan", &["up", "--rate", "fast"], 2, "--rate"),

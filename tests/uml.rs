@@ -2040,9 +2040,16 @@ fn msg_eor_keeps_every_tx_report_over_a_backlog_only_with_the_fix() {
     );
     let verdicts = selftest_verdicts(&text);
     assert_eq!(verdicts.len(), 4, "guest run: {text}\n{}", console(&out));
+    let failed: Vec<&str> = verdicts
+        .iter()
+        .filter(|(ok, _)| !*ok)
+        .map(|(_, case)| case.as_str())
+        .collect();
+    // The failed cases first: the message's first line is what kernel/mutate quotes.
     assert!(
-        verdicts.iter().all(|(ok, _)| *ok),
-        "guest kernel (with 0007): {text}"
+        failed.is_empty(),
+        "guest kernel (with 0007) failed: {}\n{text}",
+        failed.join("; ")
     );
     let rc = std::fs::read_to_string(out.join("selftest.rc")).unwrap_or_default();
     assert_eq!(rc.trim(), "0", "{text}");

@@ -143,13 +143,7 @@ impl BuildInputs {
         if !source_tar.is_file() {
             return Err(BuildError::NoSource(source_tar));
         }
-        let pdir = kernel_dir.join("patches");
-        let mut patches: Vec<PathBuf> = fs::read_dir(&pdir)
-            .map_err(io_err(&pdir))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "patch"))
-            .collect();
-        patches.sort();
+        let patches = patch_files(&kernel_dir.join("patches"))?;
         let config = kernel_dir.join("uml.config");
         if !config.is_file() {
             return Err(BuildError::Io {
@@ -499,11 +493,18 @@ fn posting_copy(inputs: &BuildInputs) -> Result<Vec<PathBuf>, BuildError> {
     if !dir.is_dir() {
         return Ok(Vec::new());
     }
-    let mut found: Vec<PathBuf> = fs::read_dir(&dir)
-        .map_err(io_err(&dir))?
+    let mut found = patch_files(&dir)?;
+    found.retain(|p| !p.to_string_lossy().ends_with("cover-letter.patch"));
+    Ok(found)
+}
+
+/// The `*.patch` files directly in `dir` (not in its subdirectories), in name order: the
+/// order `git am` and the build apply them in.
+fn patch_files(dir: &Path) -> Result<Vec<PathBuf>, BuildError> {
+    let mut found: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(io_err(dir))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "patch"))
-        .filter(|p| !p.to_string_lossy().ends_with("cover-letter.patch"))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "patch"))
         .collect();
     found.sort();
     Ok(found)
