@@ -1080,3 +1080,33 @@ fn scripts_matrix_builds_only_when_stale_and_keeps_the_callers_directory() {
     std::fs::remove_file(root.join("target/release/sbm-trace")).unwrap();
     assert!(call().starts_with("cargo build"));
 }
+
+/// results/invitation-backlog's table and per-run CSV (docs/draft-note.md's question 1) are
+/// what scripts/analysis/invitation-backlog.py makes of the run's committed files.
+#[test]
+fn the_invitation_backlog_table_is_what_its_script_makes_of_the_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = root.join("results/invitation-backlog");
+    let dir = tempdir("invitation-backlog");
+    let csv = dir.join("invitations.csv");
+    let out = common::run_program(
+        root.join("scripts/analysis/invitation-backlog.py")
+            .to_str()
+            .unwrap(),
+        &[run.to_str().unwrap(), csv.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(
+        out.stdout.trim_end(),
+        std::fs::read_to_string(run.join("backlog.md"))
+            .unwrap()
+            .trim_end(),
+        "results/invitation-backlog/backlog.md is not what the script makes of the run"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&csv).unwrap(),
+        std::fs::read_to_string(run.join("invitations.csv")).unwrap(),
+        "results/invitation-backlog/invitations.csv is not what the script makes of the run"
+    );
+}

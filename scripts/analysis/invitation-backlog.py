@@ -30,7 +30,8 @@ import cellfiles  # noqa: E402
 
 NOT_INVITATIONS = ('burst', 'paced-start')
 FIELDS = ['cell', 'rate', 'config', 'repetition', 'status', 'goodput_bps', 'writes',
-          'short_writes', 'invitations', 'backlog_p50_bytes', 'backlog_p95_bytes',
+          'short_writes', 'accepted_p50_bytes', 'invitations', 'backlog_p50_bytes',
+          'backlog_p95_bytes',
           'backlog_p50_ms',
           'threshold_p50_bytes', 'backlog_over_threshold_p50', 'below_half_threshold_share',
           'zero_backlog_share']
@@ -66,6 +67,8 @@ def one_run(run_dir, s):
     rows = [r for r in csv.DictReader(cellfiles.open_text(path)) if r['warmup'] == 'false']
     out['writes'] = len(rows)
     out['short_writes'] = sum(1 for r in rows if int(r['bytes_accepted']) < int(r['bytes_asked']))
+    if rows:
+        out['accepted_p50_bytes'] = pct(sorted(int(r['bytes_accepted']) for r in rows), 50)
     invited = [r for r in rows if r['invite_reason'] not in NOT_INVITATIONS]
     out['invitations'] = len(invited)
     if not invited:
@@ -147,8 +150,8 @@ def main(run_dir, csv_path):
         print(f'## {rate}\n')
         print('| rule | runs ok | invitations | backlog p50 | as time at the goodput | backlog p95 | threshold | '
               'backlog ÷ threshold (p50) | below half the threshold | zero backlog | '
-              'short writes | goodput |')
-        print('|---|---|---|---|---|---|---|---|---|---|---|---|')
+              'short writes | bytes a write took (p50) | goodput |')
+        print('|---|---|---|---|---|---|---|---|---|---|---|---|---|')
         for config in order:
             runs = groups.get((rate, config), [])
             if not runs:
@@ -164,6 +167,7 @@ def main(run_dir, csv_path):
                   f"| {spread([r['below_half_threshold_share'] for r in ok], lambda v: f'{100 * v:.0f} %')} "
                   f"| {spread([r['zero_backlog_share'] for r in ok], lambda v: f'{100 * v:.0f} %')} "
                   f"| {spread([r['short_writes'] for r in ok], lambda v: f'{v:.0f}')} "
+                  f"| {spread([r['accepted_p50_bytes'] for r in ok], kb)} "
                   f"| {spread([r['goodput_bps'] for r in ok], lambda v: f'{v / 1e6:.2f} Mb/s')} |")
         print()
 
