@@ -200,6 +200,53 @@ fn no_timestamps_run_writes_untimed_rows() {
     assert_eq!(sink_total_bytes(&sink_dir), 300 * 65_536);
 }
 
+/// An edge-triggered writer that makes one write per edge stops for good once a write leaves
+/// the socket writable (on loopback, the first); sbm-send says so, once, on stderr and in
+/// summary.json's warnings, from what tcp_info shows (nothing unsent, nothing in flight, no
+/// invitation for an interval). A level-triggered writer is never told so. Without
+/// timestamps, so that no error-queue wakeup can end the stall.
+#[test]
+fn an_edge_triggered_stall_is_said_and_a_level_triggered_run_is_not_warned() {
+    let _g = serial();
+    let mut warned = vec![];
+    for mode in ["edge", "level"] {
+        let run = recorded_run(
+            &format!("stall-{mode}"),
+            "127.0.0.1:0",
+            &["-t", "3", "--no-timestamps", "--epoll", mode],
+        );
+        assert_eq!(run.res.code(), Some(0), "{}", run.res.stderr);
+        let summary = read_json(&run.out.join("summary.json"));
+        let stall: Vec<&str> = summary["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|w| w.as_str())
+            .filter(|w| w.contains("epoll edge: no invitation"))
+            .collect();
+        assert_eq!(
+            run.res.stderr.matches("epoll edge: no invitation").count(),
+            stall.len(),
+            "{}",
+            run.res.stderr
+        );
+        if mode == "edge" {
+            assert!(
+                summary["totals"]["writes"].as_u64().unwrap() < 10,
+                "{summary}"
+            );
+        } else {
+            assert!(
+                summary["totals"]["writes"].as_u64().unwrap() > 100,
+                "{summary}"
+            );
+        }
+        warned.push(stall.len());
+        run.sink.stop();
+    }
+    assert_eq!(warned, [1, 0], "said once for edge, never for level");
+}
+
 /// `--burst 10`: after each invitation's write, more writes follow only while the kernel
 /// takes each one whole, never more than ten in all; every write is still timed and
 /// accounted for, and the extra writes are labelled and not counted as invitations.

@@ -50,9 +50,10 @@ pub enum SubMssClause {
 pub enum EpollArg {
     /// Level-triggered: invited again as long as the socket is writable (default).
     Level,
-    /// Edge-triggered: one invitation per EPOLLOUT edge. Can stall: if a write does not
-    /// reach EAGAIN while poll says "not writable" (NOTSENT_LOWAT between lowat/2 and
-    /// lowat), no new edge may ever come.
+    /// Edge-triggered: one invitation per EPOLLOUT edge. Can stall: Linux sends a new edge
+    /// only after a write (or poll) found the socket without space, so a write that leaves it
+    /// writable, or not writable to poll but short of EAGAIN (NOTSENT_LOWAT between lowat/2
+    /// and lowat), may be the last (sbm-send warns when nothing is left to wake it).
     Edge,
 }
 

@@ -286,6 +286,8 @@ struct Sender<'a> {
     gate: Gate,
     /// Whether EPOLLOUT is in the socket's interest set.
     out_interest: bool,
+    /// Whether the edge-triggered stall has been said (once a run).
+    edge_stall_noted: bool,
     last_decision: Option<Decision>,
     /// `--rule-trace`'s thread.
     rule_trace: Option<rule_trace::RuleTrace>,
@@ -530,6 +532,7 @@ impl<'a> Sender<'a> {
             .write_interval(&row)
             .and_then(|_| self.out.flush())
             .map_err(EndReason::local)?;
+        self.note_edge_stall(&row, &info);
         self.intervals.push(row);
         self.prev_info = info;
         self.interval = IntervalAcc {
@@ -537,6 +540,32 @@ impl<'a> Sender<'a> {
             ..Default::default()
         };
         Ok(())
+    }
+
+    /// Says once when an edge-triggered writer can wait no more: a whole interval without an
+    /// invitation while the socket held nothing unsent and nothing in flight, so no ACK can
+    /// come to wake it. (Linux wakes a writer only after a write or a poll found the socket
+    /// without space; after a write that left it writable, epoll's edge mode has no new edge
+    /// to report.) Read from the interval's tcp_info: nothing is asked of the socket that
+    /// could arm a wakeup, so the run stays what it was.
+    fn note_edge_stall(&mut self, row: &IntervalRow, info: &TcpInfo) {
+        let stalled = self.cfg.epoll == EpollMode::Edge
+            && self.out_interest
+            && self.phase == Phase::Writing
+            && row.invitations == 0
+            && row.notsent_bytes == Some(0)
+            && info.unacked == 0;
+        if stalled && !self.edge_stall_noted {
+            self.edge_stall_noted = true;
+            let w = format!(
+                "epoll edge: no invitation from {:.1} s to {:.1} s with nothing unsent and nothing in flight, \
+                 so no ACK can bring one: a write that leaves the socket writable gets no new EPOLLOUT edge \
+                 (epoll(7): write until EAGAIN); --epoll level does not stall",
+                row.start_s, row.end_s
+            );
+            eprintln!("sbm-send: warning: {w}");
+            self.warnings.push(w);
+        }
     }
 
     /// Moves from writing to draining: stop asking for EPOLLOUT.
@@ -969,6 +998,7 @@ pub fn run_with_stop(
         warnings,
         gate,
         out_interest: kernel_gate,
+        edge_stall_noted: false,
         last_decision: None,
         rule_trace,
         prev_sched_ns: None,
