@@ -20,9 +20,11 @@ and rule, the median over runs with the smallest and largest run in brackets.
 Standard library only.
 """
 import csv
+import functools
 import os
 import statistics as st
 import sys
+import tomllib
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -91,23 +93,12 @@ def one_run(run_dir, s):
     return out
 
 
-_CONFIGS = {}
-
-
+@functools.lru_cache(maxsize=None)
 def config_args(run_dir):
-    """Each config's sbm-send arguments, from the run's matrix.toml (`args = [...]` lines)."""
-    if run_dir not in _CONFIGS:
-        configs, name = {}, None
-        with open(os.path.join(run_dir, 'matrix.toml')) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith('[configs.'):
-                    name = line[len('[configs.'):-1]
-                elif name and line.startswith('args'):
-                    inner = line.split('[', 1)[1].rsplit(']', 1)[0]
-                    configs[name] = [a.strip().strip('"') for a in inner.split(',') if a.strip()]
-        _CONFIGS[run_dir] = configs
-    return _CONFIGS[run_dir]
+    """Each config's sbm-send arguments, from the run's matrix.toml."""
+    with open(os.path.join(run_dir, 'matrix.toml'), 'rb') as f:
+        configs = tomllib.load(f).get('configs', {})
+    return {name: c.get('args', []) for name, c in configs.items()}
 
 
 def spread(values, fmt):
