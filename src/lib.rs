@@ -85,6 +85,7 @@ pub mod peers;
 pub mod remote;
 pub mod replenish;
 pub mod report;
+pub mod rpm;
 pub mod send;
 pub mod signals;
 pub mod sink;

@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     // The BPF programs (the `bpf` feature).
     &["bpf"],
     // The programs: each binary's logic, and the remote hosts' transport.
-    &["send", "sink", "trace", "delay", "testbed", "remote"],
+    &["send", "sink", "trace", "delay", "testbed", "remote", "rpm"],
     // The matrix runs the programs.
     &["matrix"],
 ];

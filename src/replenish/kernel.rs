@@ -41,7 +41,7 @@ pub fn detect_optname() -> Option<u32> {
 }
 
 /// setsockopt(IPPROTO_TCP, optname, µs) and read it back.
-pub(super) fn set_kernel_option(
+pub fn set_kernel_option(
     fd: BorrowedFd<'_>,
     optname: u32,
     time_us: u64,

@@ -22,6 +22,8 @@ pub use gate::{
     check_lowat_combination, setup, Action, EmulatedGate, Gate, GateError, PolicyReport,
     ReplenishConfig, ReplenishImpl,
 };
-pub use kernel::{kernel_replenish_info, optname_from_env, KernelReplenishInfo};
+pub use kernel::{
+    detect_optname, kernel_replenish_info, optname_from_env, set_kernel_option, KernelReplenishInfo,
+};
 pub use program::{BpfSocketState, SocketRule};
 pub use rule::{Decision, Observation, RateEstimator, Replenish, ThresholdTest};
