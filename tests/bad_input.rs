@@ -208,6 +208,55 @@ const CASES: &[Case] = &[
     ("sbm-sink", &["--listen", "127.0.0.1:0", "--port", "5400"], 2, "--port"),
     ("sbm-sink", &["--bind", "127.0.0.1:5301", "--port", "5400"], 2, "contradicts"),
     ("sbm-sink", &["--bind", "198.18.255.254", "--port", "5400"], 1, "no interface has that address"),
+    // sbm-rpm
+    ("sbm-rpm", &[], 2, "<URL>"),
+    ("sbm-rpm", &["ftp://198.18.0.2/"], 2, "not an http"),
+    ("sbm-rpm", &["http://198.18.0.2:0/"], 2, "not a port"),
+    ("sbm-rpm", &["https://198.18.0.2/"], 2, "--cacert"),
+    ("sbm-rpm", &["http://x/", "--direction", "sideways"], 2, "--direction"),
+    ("sbm-rpm", &["http://x/", "--sequential", "--idle"], 2, "--idle"),
+    ("sbm-rpm", &["http://x/", "--idle-probe-rate", "0", "--idle"], 2, "--idle-probe-rate"),
+    ("sbm-rpm", &["http://x/", "--idle-probe-rate", "5"], 2, "--idle"),
+    ("sbm-rpm", &["http://x/", "--http", "3"], 2, "--http"),
+    ("sbm-rpm", &["http://x/", "--insecure=yes"], 2, "--insecure"),
+    ("sbm-rpm", &["http://x/", "--insecure", "--cacert", "/nonexistent"], 2, "--cacert"),
+    ("sbm-rpm", &["http://x/", "--interval", "10ms"], 2, "--interval"),
+    ("sbm-rpm", &["http://x/", "--mad", "0"], 2, "--mad"),
+    ("sbm-rpm", &["http://x/", "--sdt", "2"], 2, "--sdt"),
+    ("sbm-rpm", &["http://x/", "--max-connections", "0"], 2, "--max-connections"),
+    ("sbm-rpm", &["http://x/", "--max-probe-rate", "0"], 2, "--max-probe-rate"),
+    ("sbm-rpm", &["http://x/", "--probe-share", "0"], 2, "--probe-share"),
+    ("sbm-rpm", &["http://x/", "--stage-limit", "forever"], 2, "--stage-limit"),
+    ("sbm-rpm", &["http://x/", "--probe-timeout", "x"], 2, "--probe-timeout"),
+    ("sbm-rpm", &["http://x/", "--nagle=yes"], 2, "--nagle"),
+    ("sbm-rpm", &["http://x/", "--h2-send-buffer", "0"], 2, "--h2-send-buffer"),
+    ("sbm-rpm", &["http://x/", "--notsent-lowat", "lots"], 2, "--notsent-lowat"),
+    ("sbm-rpm", &["http://x/", "--replenish-time", "1ns"], 2, "--replenish-time"),
+    ("sbm-rpm", &["http://x/", "--replenish-impl", "bpf", "--replenish-time", "5ms"], 2, "--replenish-impl"),
+    ("sbm-rpm", &["http://x/", "--replenish-optname", "x", "--replenish-time", "5ms"], 2, "--replenish-optname"),
+    ("sbm-rpm", &["http://x/", "--lowat-per-write", "5ms", "--notsent-lowat", "16K"], 2, "--notsent-lowat"),
+    ("sbm-rpm", &["http://x/", "--compact", "--json"], 2, "--json"),
+    ("sbm-rpm", &["http://x/", "--out"], 2, "--out"),
+    ("sbm-rpm", &["http://x/", "--quiet=yes"], 2, "--quiet"),
+    ("sbm-rpm", &["http://127.0.0.1:9/", "--probe-timeout", "1s"], 1, "connect to 127.0.0.1:9"),
+    // sbm-rpm-server
+    ("sbm-rpm-server", &["--listen", "nowhere"], 2, "--listen"),
+    ("sbm-rpm-server", &["--tls=yes"], 2, "--tls"),
+    ("sbm-rpm-server", &["--cert", "/nonexistent"], 2, "--key <FILE>"),
+    ("sbm-rpm-server", &["--tls", "--cert", "/nonexistent", "--key", "/nonexistent"], 2, "--cert /nonexistent"),
+    ("sbm-rpm-server", &["--key", "/nonexistent", "--tls"], 2, "--cert <FILE>"),
+    ("sbm-rpm-server", &["--public-base", "gopher://x"], 2, "--public-base"),
+    ("sbm-rpm-server", &["--test-endpoint"], 2, "--test-endpoint"),
+    ("sbm-rpm-server", &["--large-size", "0"], 2, "--large-size"),
+    ("sbm-rpm-server", &["--nagle=yes"], 2, "--nagle"),
+    ("sbm-rpm-server", &["--h2-send-buffer", "5G"], 2, "--h2-send-buffer"),
+    ("sbm-rpm-server", &["--notsent-lowat", "lots"], 2, "--notsent-lowat"),
+    ("sbm-rpm-server", &["--replenish-time", "soon"], 2, "--replenish-time"),
+    ("sbm-rpm-server", &["--replenish-impl", "emulated"], 2, "--replenish-time"),
+    ("sbm-rpm-server", &["--replenish-time", "5ms", "--replenish-optname", "13"], 2, "mainline"),
+    ("sbm-rpm-server", &["--lowat-per-write", "x"], 2, "--lowat-per-write"),
+    ("sbm-rpm-server", &["--out"], 2, "--out"),
+    ("sbm-rpm-server", &["--listen", "198.18.255.254:9"], 1, "bind 198.18.255.254:9"),
     // sbm-delay
     ("sbm-delay", &[], 2, "--queue"),
     ("sbm-delay", &["--queue", "bad"], 2, "--queue"),
@@ -405,6 +454,16 @@ fn the_table_covers_every_flag() {
         "sbm-sink",
     );
     flags(&sbm::delay::DelayArgs::command(), &mut wanted, "sbm-delay");
+    flags(
+        &sbm::rpm::client::ClientArgs::command(),
+        &mut wanted,
+        "sbm-rpm",
+    );
+    flags(
+        &sbm::rpm::server::ServerArgs::command(),
+        &mut wanted,
+        "sbm-rpm-server",
+    );
     flags(&sbm::testbed::Cli::command(), &mut wanted, "sbm-testbed");
     flags(&sbm::matrix::Cli::command(), &mut wanted, "sbm-matrix");
     #[cfg(feature = "bpf")]

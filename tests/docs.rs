@@ -278,9 +278,8 @@ fn sbm_command(line: &str) -> Option<(String, Vec<String>)> {
         return None;
     }
     let (name, mut args): (&str, Vec<String>) = match program {
-        "sbm-send" | "sbm-sink" | "sbm-trace" | "sbm-matrix" | "sbm-testbed" | "sbm-delay" => {
-            (program, vec![])
-        }
+        "sbm-send" | "sbm-sink" | "sbm-trace" | "sbm-matrix" | "sbm-testbed" | "sbm-delay"
+        | "sbm-rpm" | "sbm-rpm-server" => (program, vec![]),
         "scripts/matrix" => ("sbm-matrix", vec![]),
         "testbed/wan" => ("sbm-testbed", vec!["wan".into()]),
         "testbed/shape" => ("sbm-testbed", vec!["shape".into()]),

@@ -110,9 +110,16 @@ pub struct ClientArgs {
     #[arg(long, value_parser = crate::units::parse_duration, default_value = "10s", value_name = "DUR")]
     pub probe_timeout: Duration,
 
-    /// Set TCP_NODELAY on every connection.
+    /// Bytes HTTP/2 may hold per upload stream above the socket (hyper's default, 1 MB, is
+    /// a source buffer no socket rule can see).
+    #[arg(long, value_parser = crate::units::parse_bytes, default_value = "16K", value_name = "BYTES")]
+    pub h2_send_buffer: u64,
+
+    /// Leave Nagle's algorithm on. By default every connection sets TCP_NODELAY, as
+    /// browsers, curl and nginx do; with Nagle, a new HTTP/2 connection's small writes
+    /// cost its first GET an extra round trip.
     #[arg(long)]
-    pub nodelay: bool,
+    pub nagle: bool,
 
     #[command(flatten)]
     pub rule: RuleArgs,
@@ -155,6 +162,9 @@ fn run(args: ClientArgs) -> Result<i32, Failure> {
 }
 
 fn parameters(a: &ClientArgs) -> Result<Parameters, String> {
+    if a.h2_send_buffer < 1 || a.h2_send_buffer > u64::from(u32::MAX) {
+        return Err("--h2-send-buffer must be between 1 byte and 4 GiB".into());
+    }
     if a.interval < Duration::from_millis(100) {
         return Err("--interval must be at least 100ms".into());
     }
@@ -272,12 +282,13 @@ async fn run_test(
     let config_addr = resolve(&url.host, url.port).await.map_err(Failure::env)?;
     let mut ep = Endpoint {
         addr: config_addr,
+        h2_send_buffer: args.h2_send_buffer as usize,
         tls: tls_config.clone(),
         server_name: url.host.clone(),
         authority: url.authority(),
         connect_timeout: args.probe_timeout,
     };
-    let (config, http) = fetch_config(&ep, args.http, &url.path)
+    let (config, http) = fetch_config(&ep, args.http, !args.nagle, &url.path)
         .await
         .map_err(|e| Failure::env(format!("{}: {e}", url.to_url())))?;
     let large = nq_config::parse_url(&config.urls.large_download_url).map_err(Failure::env)?;
@@ -390,10 +401,11 @@ async fn stop_signal() {
 async fn fetch_config(
     ep: &Endpoint,
     http: HttpChoice,
+    nodelay: bool,
     path: &str,
 ) -> Result<(NqConfig, HttpChoice), String> {
     let attempt = |choice: HttpChoice| async move {
-        let c = connect::connect(ep, choice, false, None)
+        let c = connect::connect(ep, choice, nodelay, None)
             .await
             .map_err(|e| e.to_string())?;
         let (_, body) = tokio::time::timeout(
@@ -483,21 +495,64 @@ struct ProbeDone {
     error: Option<String>,
 }
 
+/// What opening a load-generating connection needs, owned, so that it can run beside the
+/// interval loop (a connection through a loaded path can take many round trips to open).
+#[derive(Clone)]
+struct LoadSpec {
+    ep: Endpoint,
+    http: HttpChoice,
+    nodelay: bool,
+    upload_rule: EndpointRule,
+    large: String,
+    upload: String,
+}
+
+impl LoadSpec {
+    fn of(test: &Test) -> LoadSpec {
+        LoadSpec {
+            ep: test.ep.clone(),
+            http: test.http,
+            nodelay: !test.args.nagle,
+            upload_rule: test.rule.clone(),
+            large: test.large.clone(),
+            upload: test.upload.clone(),
+        }
+    }
+
+    /// Opens a connection in a task of its own; the result arrives on `opened`.
+    fn spawn_open(
+        &self,
+        dir: Dir,
+        failures: &mpsc::UnboundedSender<String>,
+        opened: &mpsc::UnboundedSender<Result<LoadConn, String>>,
+    ) {
+        let spec = self.clone();
+        let failures = failures.clone();
+        let opened = opened.clone();
+        tokio::spawn(async move {
+            let r = open_load(&spec, dir, &failures)
+                .await
+                .map_err(|e| format!("opening a load-generating connection: {e}"));
+            let _ = opened.send(r);
+        });
+    }
+}
+
 async fn open_load(
-    test: &Test,
+    spec: &LoadSpec,
     dir: Dir,
     failures: &mpsc::UnboundedSender<String>,
 ) -> Result<LoadConn, ConnectError> {
     let rule = match dir {
-        Dir::Up => Some(&test.rule),
+        Dir::Up => Some(&spec.upload_rule),
         Dir::Down => None,
     };
-    let conn = Arc::new(connect::connect(&test.ep, test.http, test.args.nodelay, rule).await?);
+    let conn = Arc::new(connect::connect(&spec.ep, spec.http, spec.nodelay, rule).await?);
     let received = Arc::new(AtomicU64::new(0));
-    let ep = test.ep.clone();
+    let ep = spec.ep.clone();
     let (path, method) = match dir {
-        Dir::Down => (test.large.clone(), hyper::Method::GET),
-        Dir::Up => (test.upload.clone(), hyper::Method::POST),
+        Dir::Down => (spec.large.clone(), hyper::Method::GET),
+        Dir::Up => (spec.upload.clone(), hyper::Method::POST),
     };
     let sender = conn.sender.clone();
     let version = conn.version;
@@ -557,7 +612,13 @@ async fn open_load(
 }
 
 /// A foreign probe: a new connection (TCP, TLS), then GET small on it.
-async fn foreign_probe(ep: Endpoint, http: HttpChoice, small: String, start_s: f64) -> ProbeDone {
+async fn foreign_probe(
+    ep: Endpoint,
+    http: HttpChoice,
+    nodelay: bool,
+    small: String,
+    start_s: f64,
+) -> ProbeDone {
     let mut p = ProbeDone {
         kind: "foreign",
         on: "",
@@ -569,7 +630,7 @@ async fn foreign_probe(ep: Endpoint, http: HttpChoice, small: String, start_s: f
         srtt_substitute: false,
         error: None,
     };
-    match connect::connect(&ep, http, false, None).await {
+    match connect::connect(&ep, http, nodelay, None).await {
         Ok(c) => {
             p.version = c.version;
             p.tcp_ms = Some(c.tcp_ms);
@@ -640,7 +701,7 @@ async fn run_stage(
     let mut abort: Option<String> = None;
     // The idle stage's self probes ride on one connection of their own.
     let idle_conn = if name == StageName::Idle {
-        match connect::connect(&test.ep, test.http, test.args.nodelay, None).await {
+        match connect::connect(&test.ep, test.http, !test.args.nagle, None).await {
             Ok(c) => Some(Arc::new(c)),
             Err(e) => {
                 abort = Some(format!("the idle connection: {e}"));
@@ -650,9 +711,11 @@ async fn run_stage(
     } else {
         None
     };
+    let spec = LoadSpec::of(test);
+    let (opened_tx, mut opened_rx) = mpsc::unbounded_channel::<Result<LoadConn, String>>();
     'open: for _ in 0..params.initial_connections {
         for &d in dirs {
-            match open_load(test, d, &fail_tx).await {
+            match open_load(&spec, d, &fail_tx).await {
                 Ok(l) => loads.push(l),
                 Err(e) => {
                     abort = Some(format!("opening a load-generating connection: {e}"));
@@ -661,6 +724,9 @@ async fn run_stage(
             }
         }
     }
+    let mut last_tick = tokio::time::Instant::now();
+    // Connections asked for and not yet open: they count toward MNP.
+    let mut opening = 0usize;
     let mut ramp = Ramp::default();
     let mut intervals_done = 0usize;
     // (interval it ended in, probe)
@@ -686,6 +752,7 @@ async fn run_stage(
         tokio::time::Instant::now() + params.interval,
         params.interval,
     );
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let limit = tokio::time::sleep(test.args.stage_limit);
     tokio::pin!(limit);
     let mut limit_reached = false;
@@ -701,7 +768,10 @@ async fn run_stage(
                         Dir::Up => up += l.take_bytes(),
                     }
                 }
-                let secs = params.interval.as_secs_f64();
+                // The interval as it ran (a late tick must not read as a rate spike).
+                let now = tokio::time::Instant::now();
+                let secs = now.duration_since(last_tick).as_secs_f64().max(1e-3);
+                last_tick = now;
                 let (dl, ul) = (down as f64 / secs, up as f64 / secs);
                 dl_series.push(dl);
                 ul_series.push(ul);
@@ -711,7 +781,7 @@ async fn run_stage(
                 let verdict = if name == StageName::Idle {
                     None
                 } else {
-                    Some(ramp.end_interval(&params, goodput, r.as_ref().map(|r| r.rpm), loads.len() / dirs.len().max(1)))
+                    Some(ramp.end_interval(&params, goodput, r.as_ref().map(|r| r.rpm), (loads.len() + opening) / dirs.len().max(1)))
                 };
                 let ended_here = probes.iter().filter(|(i, _)| *i == intervals_done).count();
                 let row = IntervalRow {
@@ -754,15 +824,10 @@ async fn run_stage(
                     }
                     Some(v) if v.stage == Stage::Done => break,
                     Some(v) => {
-                        'add: for _ in 0..v.add_connections {
+                        for _ in 0..v.add_connections {
                             for &d in dirs {
-                                match open_load(test, d, &fail_tx).await {
-                                    Ok(l) => loads.push(l),
-                                    Err(e) => {
-                                        abort = Some(format!("opening a load-generating connection: {e}"));
-                                        break 'add;
-                                    }
-                                }
+                                spec.spawn_open(d, &fail_tx, &opened_tx);
+                                opening += 1;
                             }
                         }
                     }
@@ -774,7 +839,13 @@ async fn run_stage(
                 launched += 1;
                 let timeout = test.args.probe_timeout;
                 let tx = probe_tx.clone();
-                let fp = foreign_probe(test.ep.clone(), test.http, test.small.clone(), start_s);
+                let fp = foreign_probe(
+                    test.ep.clone(),
+                    test.http,
+                    !test.args.nagle,
+                    test.small.clone(),
+                    start_s,
+                );
                 tokio::spawn(async move {
                     let p = match tokio::time::timeout(timeout, fp).await {
                         Ok(p) => p,
@@ -822,6 +893,13 @@ async fn run_stage(
                 // Keep only what the window can still use in `probes`.
                 while probes.front().is_some_and(|(i, _)| *i + params.mad < interval) {
                     all_probes.push(probes.pop_front().expect("front"));
+                }
+            }
+            Some(r) = opened_rx.recv() => {
+                opening = opening.saturating_sub(1);
+                match r {
+                    Ok(l) => loads.push(l),
+                    Err(e) => abort = Some(e),
                 }
             }
             Some(e) = fail_rx.recv() => {

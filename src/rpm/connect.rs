@@ -61,6 +61,8 @@ impl HttpVersion {
 #[derive(Clone)]
 pub struct Endpoint {
     pub addr: SocketAddr,
+    /// Bytes HTTP/2 may hold per stream above the socket (hyper's max_send_buf_size).
+    pub h2_send_buffer: usize,
     pub tls: Option<Arc<rustls::ClientConfig>>,
     /// The name TLS verifies (the URL's host).
     pub server_name: String,
@@ -197,7 +199,7 @@ pub async fn connect(
                 Some(p) if p == ALPN_H2 => HttpVersion::H2,
                 _ => HttpVersion::H1,
             };
-            let sender = handshake(TokioIo::new(tls), version, addr).await?;
+            let sender = handshake(TokioIo::new(tls), version, addr, ep.h2_send_buffer).await?;
             Ok(Connected {
                 sender,
                 version,
@@ -212,7 +214,7 @@ pub async fn connect(
                 HttpChoice::Http11 => HttpVersion::H1,
                 HttpChoice::Auto | HttpChoice::Http2 => HttpVersion::H2,
             };
-            let sender = handshake(TokioIo::new(ruled), version, addr).await?;
+            let sender = handshake(TokioIo::new(ruled), version, addr, ep.h2_send_buffer).await?;
             Ok(Connected {
                 sender,
                 version,
@@ -225,7 +227,12 @@ pub async fn connect(
     }
 }
 
-async fn handshake<I>(io: I, version: HttpVersion, addr: SocketAddr) -> Result<Sender, ConnectError>
+async fn handshake<I>(
+    io: I,
+    version: HttpVersion,
+    addr: SocketAddr,
+    h2_send_buffer: usize,
+) -> Result<Sender, ConnectError>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -234,7 +241,7 @@ where
             let (sender, conn) = http2::Builder::new(TokioExecutor::new())
                 .initial_stream_window_size(H2_WINDOW)
                 .initial_connection_window_size(H2_WINDOW)
-                .max_frame_size(1 << 20)
+                .max_send_buf_size(h2_send_buffer)
                 .handshake(io)
                 .await
                 .map_err(|source| ConnectError::Http { addr, source })?;

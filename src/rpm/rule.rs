@@ -124,6 +124,11 @@ impl RuleArgs {
         let Some(t) = self.replenish_time else {
             return Ok(EndpointRule::Default);
         };
+        if let Some(n) = self.replenish_optname {
+            if n <= replenish::kernel::HIGHEST_MAINLINE_TCP_OPTION {
+                return Err(replenish::GateError::MainlineOptname(n).to_string());
+            }
+        }
         let optname = match self.replenish_impl {
             EndpointReplenishImpl::Emulated => None,
             EndpointReplenishImpl::Kernel => Some(

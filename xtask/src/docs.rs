@@ -15,6 +15,8 @@ pub fn commands() -> Vec<clap::Command> {
         sbm::delay::DelayArgs::command(),
         sbm::testbed::Cli::command(),
         sbm::matrix::Cli::command(),
+        sbm::rpm::client::ClientArgs::command(),
+        sbm::rpm::server::ServerArgs::command(),
         #[cfg(feature = "bpf")]
         sbm::trace::cli::TraceArgs::command(),
     ]
@@ -86,6 +88,8 @@ mod tests {
             "sbm-matrix.1",
             "sbm-matrix-run.1",
             "sbm-matrix-report.1",
+            "sbm-rpm.1",
+            "sbm-rpm-server.1",
             #[cfg(feature = "bpf")]
             "sbm-trace.1",
         ] {
