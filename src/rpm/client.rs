@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -453,25 +453,24 @@ impl Dir {
 struct LoadConn {
     dir: Dir,
     conn: Arc<Connected>,
-    /// Download: body bytes received. Upload: read from tcp_info's bytes_acked.
-    received: Arc<AtomicU64>,
-    acked_at_last: u64,
+    /// The socket's byte count at the last interval's end: tcp_info's bytes_received for a
+    /// download, bytes_acked for an upload (what crossed the path, read at the socket,
+    /// not when the application happened to read it).
+    bytes_at_last: u64,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl LoadConn {
     /// Bytes moved since the last call.
     fn take_bytes(&mut self) -> u64 {
+        let info = self.conn.tcp_info();
         let now = match self.dir {
-            Dir::Down => self.received.load(Ordering::Relaxed),
-            Dir::Up => self
-                .conn
-                .tcp_info()
-                .and_then(|i| i.bytes_acked)
-                .unwrap_or(self.acked_at_last),
-        };
-        let d = now.saturating_sub(self.acked_at_last);
-        self.acked_at_last = now;
+            Dir::Down => info.and_then(|i| i.bytes_received),
+            Dir::Up => info.and_then(|i| i.bytes_acked),
+        }
+        .unwrap_or(self.bytes_at_last);
+        let d = now.saturating_sub(self.bytes_at_last);
+        self.bytes_at_last = now;
         d
     }
 }
@@ -548,7 +547,6 @@ async fn open_load(
         Dir::Down => None,
     };
     let conn = Arc::new(connect::connect(&spec.ep, spec.http, spec.nodelay, rule).await?);
-    let received = Arc::new(AtomicU64::new(0));
     let ep = spec.ep.clone();
     let (path, method) = match dir {
         Dir::Down => (spec.large.clone(), hyper::Method::GET),
@@ -556,7 +554,6 @@ async fn open_load(
     };
     let sender = conn.sender.clone();
     let version = conn.version;
-    let counter = received.clone();
     let failures = failures.clone();
     let task = tokio::spawn(async move {
         let body = match dir {
@@ -582,11 +579,7 @@ async fn open_load(
         let mut body = resp.into_body();
         loop {
             match body.frame().await {
-                Some(Ok(f)) => {
-                    if let Some(d) = f.data_ref() {
-                        counter.fetch_add(d.len() as u64, Ordering::Relaxed);
-                    }
-                }
+                Some(Ok(_)) => {}
                 Some(Err(e)) => {
                     let _ = failures.send(format!("load-generating connection ({what}): {e}"));
                     return;
@@ -602,11 +595,11 @@ async fn open_load(
             }
         }
     });
+    // Counting starts at zero: the handshake's bytes fall in the first interval.
     Ok(LoadConn {
         dir,
         conn,
-        received,
-        acked_at_last: 0,
+        bytes_at_last: 0,
         task,
     })
 }

@@ -197,7 +197,8 @@ async fn serve(args: ServerArgs, rule: EndpointRule) -> Result<i32, Failure> {
         .map_err(|e| Failure::env(format!("writing {}: {e}", dir.display())))?;
     }
     let scheme = if args.tls { "https" } else { "http" };
-    eprintln!(
+    // On stdout, as iperf3 -s says it: scripts and tests wait for this line.
+    println!(
         "sbm-rpm-server: listening on {local} ({scheme}, HTTP/2 and HTTP/1.1), rule {}; configuration at {scheme}://{local}{WELL_KNOWN_PATH}",
         rule.label()
     );
@@ -245,7 +246,7 @@ async fn serve(args: ServerArgs, rule: EndpointRule) -> Result<i32, Failure> {
         });
     }
     let served = rows.count();
-    eprintln!("sbm-rpm-server: stopped after {served} connections ended");
+    println!("sbm-rpm-server: stopped after {served} connections ended");
     Ok(0)
 }
 

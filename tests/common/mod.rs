@@ -27,6 +27,8 @@ pub fn bin(name: &str) -> PathBuf {
         #[cfg(feature = "bpf")]
         "sbm-trace" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-trace")),
         "sbm-matrix" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-matrix")),
+        "sbm-rpm" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-rpm")),
+        "sbm-rpm-server" => PathBuf::from(env!("CARGO_BIN_EXE_sbm-rpm-server")),
         other => panic!("unknown binary {other}"),
     }
 }

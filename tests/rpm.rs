@@ -1,0 +1,510 @@
+//! sbm-rpm and sbm-rpm-server end to end: the server answers curl (HTTP/2 with prior
+//! knowledge, HTTP/1.1, TLS with ALPN); on an idle emulated path RPM is 60 000 / RTT within
+//! 5 % (cleartext and TLS); a loaded run gives both directions, every probe row and the
+//! server's per-write rule at work; Debian's nginx serves the test (HTTP/2 and HTTP/1.1); a
+//! server that dies or never answers ends the test with the reason, never a hang.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{bin, read_csv, read_json, run_program, serial, tempdir, Bed, Running};
+
+/// sbm-rpm-server started (in a namespace, or on loopback), and the address it printed.
+fn start_server(ns: Option<&str>, args: &[&str]) -> (Running, String) {
+    let server = bin("sbm-rpm-server");
+    let server = server.to_str().unwrap();
+    let mut all: Vec<&str> = match ns {
+        Some(ns) => vec!["netns", "exec", ns, server],
+        None => vec![],
+    };
+    all.extend_from_slice(args);
+    let mut running = match ns {
+        Some(_) => Running::spawn_program("ip", &all),
+        None => Running::spawn_program(server, &all),
+    };
+    let line = running.wait_line("listening on", Duration::from_secs(10));
+    let addr = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    (running, addr)
+}
+
+/// sbm-rpm in `ns` (or on loopback) to completion.
+fn rpm(ns: Option<&str>, args: &[&str], limit: Duration) -> common::Finished {
+    let client = bin("sbm-rpm");
+    let client = client.to_str().unwrap();
+    match ns {
+        Some(ns) => {
+            let mut all = vec!["netns", "exec", ns, client];
+            all.extend_from_slice(args);
+            run_program("ip", &all, limit)
+        }
+        None => run_program(client, args, limit),
+    }
+}
+
+fn curl(args: &[&str]) -> String {
+    let out = run_program("curl", args, Duration::from_secs(20));
+    assert!(out.status.success(), "curl {args:?}: {}", out.stderr);
+    out.stdout
+}
+
+fn stop(server: Running) -> common::Finished {
+    server.signal(nix::sys::signal::Signal::SIGINT);
+    let done = server.wait(Duration::from_secs(10));
+    assert_eq!(done.code(), Some(0), "the server's exit: {}", done.stderr);
+    done
+}
+
+#[test]
+fn the_server_answers_curl_over_h2c_http11_and_tls() {
+    let _g = serial();
+    let dir = tempdir("rpm-curl");
+    let out = dir.path().join("plain");
+    let out_arg = out.to_str().unwrap();
+    let (server, addr) = start_server(
+        None,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--large-size",
+            "1M",
+            "--out",
+            out_arg,
+        ],
+    );
+    // The configuration object names the server's own URLs.
+    let nq = curl(&[
+        "-s",
+        "--http2-prior-knowledge",
+        &format!("http://{addr}/.well-known/nq"),
+    ]);
+    let nq: serde_json::Value = serde_json::from_str(&nq).unwrap();
+    assert_eq!(nq["version"], 1);
+    assert_eq!(
+        nq["urls"]["small_download_url"],
+        format!("http://{addr}/small")
+    );
+    let h2 = curl(&[
+        "-s",
+        "--http2-prior-knowledge",
+        "-w",
+        " %{http_version}",
+        &format!("http://{addr}/small"),
+    ]);
+    assert_eq!(h2, "x 2");
+    let h1 = curl(&[
+        "-s",
+        "--http1.1",
+        "-w",
+        " %{http_version}",
+        &format!("http://{addr}/small"),
+    ]);
+    assert_eq!(h1, "x 1.1");
+    let large = curl(&[
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{size_download}",
+        &format!("http://{addr}/large"),
+    ]);
+    assert_eq!(large, "1048576");
+    let body = dir.path().join("body");
+    std::fs::write(&body, vec![7u8; 300_000]).unwrap();
+    let up = curl(&[
+        "-s",
+        "--http2-prior-knowledge",
+        "--data-binary",
+        &format!("@{}", body.display()),
+        &format!("http://{addr}/upload"),
+    ]);
+    assert_eq!(up.trim(), "300000");
+    stop(server);
+    let rows = read_csv(&out.join("connections.csv"));
+    assert_eq!(rows.len(), 5, "one row per curl connection: {rows:?}");
+    let http: Vec<&str> = rows.iter().map(|r| r["http"].as_str()).collect();
+    assert_eq!(
+        http.iter().filter(|h| **h == "HTTP/2").count(),
+        3,
+        "{http:?}"
+    );
+    assert!(rows.iter().any(|r| r["upload_bytes"] == "300000"));
+    assert!(rows
+        .iter()
+        .any(|r| r["bytes_written"].parse::<u64>().unwrap() > 1_048_576));
+
+    // TLS: HTTP/2 by ALPN, with the self-signed certificate the server wrote.
+    let tls_out = dir.path().join("tls");
+    let (server, addr) = start_server(
+        None,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--tls",
+            "--out",
+            tls_out.to_str().unwrap(),
+        ],
+    );
+    let cert = tls_out.join("server-cert.pem");
+    let tls = curl(&[
+        "-s",
+        "--http2",
+        "--cacert",
+        cert.to_str().unwrap(),
+        "-w",
+        " %{http_version}",
+        &format!("https://{addr}/small"),
+    ]);
+    assert_eq!(tls, "x 2");
+    stop(server);
+}
+
+/// The checks every finished run's summary.json passes; returns its first stage.
+fn finished_stage(dir: &Path) -> serde_json::Value {
+    let s = read_json(&dir.join("summary.json"));
+    assert_eq!(s["complete"], true, "{s:#}");
+    assert_eq!(s["schema_version"], 1);
+    s["stages"][0].clone()
+}
+
+fn within(got: f64, want: f64, share: f64) -> bool {
+    (got - want).abs() <= want * share
+}
+
+#[test]
+fn idle_rpm_is_sixty_thousand_over_the_path_rtt_in_cleartext_and_tls() {
+    let _g = serial();
+    let bed = Bed::up("rpmi", &["--rate", "100mbit", "--rtt", "40ms"]);
+    let dir = tempdir("rpm-idle");
+    let tls_out = dir.path().join("server-tls");
+    let (plain, _) = start_server(Some(&bed.ns("snd")), &["--listen", "198.18.1.1:8080"]);
+    let (tls, _) = start_server(
+        Some(&bed.ns("snd")),
+        &[
+            "--listen",
+            "198.18.1.1:8443",
+            "--tls",
+            "--out",
+            tls_out.to_str().unwrap(),
+        ],
+    );
+    let cert = tls_out.join("server-cert.pem");
+    for (url, extra, tls_used) in [
+        ("http://198.18.1.1:8080", vec![], false),
+        (
+            "https://198.18.1.1:8443",
+            vec!["--cacert", cert.to_str().unwrap()],
+            true,
+        ),
+    ] {
+        let out = dir.path().join(if tls_used { "tls" } else { "plain" });
+        let mut args = vec![
+            "--idle",
+            "--interval",
+            "1s",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+            url,
+        ];
+        args.extend(extra.iter().copied());
+        let res = rpm(Some(&bed.ns("rcv")), &args, Duration::from_secs(60));
+        assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+        let st = finished_stage(&out);
+        let r = &st["responsiveness"];
+        // One round trip each: the TCP handshake, the TLS 1.3 handshake (normalised to its
+        // one round trip), a GET on a new connection, a GET on a live one.
+        let rpm = r["rpm"].as_f64().unwrap();
+        assert!(
+            within(rpm, 60_000.0 / 40.0, 0.05),
+            "{url}: RPM {rpm}: {r:#}"
+        );
+        for key in ["tm_tcp_f_ms", "tm_http_f_ms", "tm_http_l_ms"] {
+            let ms = r[key].as_f64().unwrap();
+            assert!(within(ms, 40.0, 0.05), "{url}: {key} {ms}");
+        }
+        match tls_used {
+            true => {
+                let ms = r["tm_tls_f_ms"].as_f64().unwrap();
+                assert!(within(ms, 40.0, 0.10), "TLS per round trip {ms}");
+            }
+            false => assert!(r["tm_tls_f_ms"].is_null()),
+        }
+        assert!(r["foreign_probes"].as_u64().unwrap() >= 20, "{r:#}");
+        let rows = read_csv(&out.join("probes.csv"));
+        assert!(rows.iter().all(|p| p["error"].is_empty()), "{rows:?}");
+    }
+    stop(plain);
+    stop(tls);
+}
+
+/// Bytes written by the server's connections that carried the large object, and how many
+/// times each had its lowat set by the rule.
+fn large_connections(dir: &Path) -> Vec<(u64, u64)> {
+    read_csv(&dir.join("connections.csv"))
+        .iter()
+        .map(|r| {
+            (
+                r["bytes_written"].parse::<u64>().unwrap(),
+                r["lowat_sets"].parse::<u64>().unwrap(),
+            )
+        })
+        .filter(|(b, _)| *b > 1_000_000)
+        .collect()
+}
+
+#[test]
+fn a_sequential_loaded_run_measures_both_directions_and_the_servers_rule_acts_per_write() {
+    let _g = serial();
+    let bed = Bed::up("rpml", &["--rate", "20mbit", "--rtt", "20ms"]);
+    let dir = tempdir("rpm-load");
+    for (rule, per_write) in [(vec![], false), (vec!["--lowat-per-write", "5ms"], true)] {
+        let tag = if per_write { "lowat" } else { "default" };
+        let server_out = dir.path().join(format!("server-{tag}"));
+        let mut sargs = vec![
+            "--listen",
+            "198.18.1.1:8080",
+            "--out",
+            server_out.to_str().unwrap(),
+        ];
+        sargs.extend(rule.iter().copied());
+        let (server, _) = start_server(Some(&bed.ns("snd")), &sargs);
+        let out = dir.path().join(format!("client-{tag}"));
+        let res = rpm(
+            Some(&bed.ns("rcv")),
+            &[
+                "-s",
+                "--interval",
+                "0.5s",
+                "--mad",
+                "2",
+                "--stage-limit",
+                "15s",
+                "--max-connections",
+                "4",
+                "--notsent-lowat",
+                "16K",
+                "-q",
+                "--out",
+                out.to_str().unwrap(),
+                "http://198.18.1.1:8080",
+            ],
+            Duration::from_secs(90),
+        );
+        assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+        stop(server);
+        let s = read_json(&out.join("summary.json"));
+        assert_eq!(s["complete"], true, "{s:#}");
+        assert_eq!(s["upload_rule"], "notsent-lowat 16384 B");
+        let stages = s["stages"].as_array().unwrap();
+        assert_eq!(stages.len(), 2);
+        assert_eq!(stages[0]["stage"], "down");
+        assert_eq!(stages[1]["stage"], "up");
+        // The bottleneck shapes the download's direction; the upload's is unshaped.
+        let dl = stages[0]["dl_throughput_bps"].as_f64().unwrap();
+        assert!(
+            dl > 10e6 && dl < 20.5e6,
+            "download {dl} b/s through a 20 Mb/s bottleneck"
+        );
+        assert!(stages[0]["ul_throughput_bps"].is_null());
+        assert!(stages[1]["ul_throughput_bps"].as_f64().unwrap() > 10e6);
+        for st in stages {
+            assert!(!st["responsiveness"].is_null(), "{st:#}");
+        }
+        assert!(stages[0]["self_on_down"]["count"].as_u64().unwrap() > 0);
+        assert!(stages[1]["self_on_up"]["count"].as_u64().unwrap() > 0);
+        let probes = read_csv(&out.join("probes.csv"));
+        for (stage, on) in [("down", "down"), ("up", "up")] {
+            assert!(probes
+                .iter()
+                .any(|p| p["stage"] == stage && p["kind"] == "self" && p["on"] == on));
+            assert!(probes
+                .iter()
+                .any(|p| p["stage"] == stage && p["kind"] == "foreign"));
+        }
+        let intervals = read_csv(&out.join("intervals.csv"));
+        assert!(intervals.len() >= 4, "{intervals:?}");
+        // The server's per-write rule set a lowat on every download connection; without
+        // it, none did.
+        let large = large_connections(&server_out);
+        assert!(
+            !large.is_empty(),
+            "no download connection in the server's rows"
+        );
+        for (bytes, sets) in large {
+            assert_eq!(
+                sets > 0,
+                per_write,
+                "{tag}: {bytes} B written, lowat set {sets} times"
+            );
+        }
+    }
+}
+
+#[test]
+fn debians_nginx_serves_the_test_over_http2_and_http11() {
+    let _g = serial();
+    let bed = Bed::up("rpmn", &["--rate", "20mbit", "--rtt", "20ms"]);
+    let dir = tempdir("rpm-nginx");
+    let script = format!("{}/scripts/unmodified/nginx-nq", env!("CARGO_MANIFEST_DIR"));
+    for (port, http) in [("8081", "h2"), ("8082", "http1.1")] {
+        let ngx_dir = dir.path().join(http);
+        let ns = bed.ns("snd");
+        let nginx = Running::spawn_program(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &ns,
+                &script,
+                "198.18.1.1",
+                port,
+                ngx_dir.to_str().unwrap(),
+                http,
+            ],
+        );
+        // nginx listens before it logs nothing more: wait for the port instead.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let url = format!("http://198.18.1.1:{port}");
+        loop {
+            let probe = run_program(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &bed.ns("rcv"),
+                    "curl",
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    if http == "h2" {
+                        "--http2-prior-knowledge"
+                    } else {
+                        "--http1.1"
+                    },
+                    &format!("{url}/small"),
+                ],
+                Duration::from_secs(5),
+            );
+            if probe.status.success() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nginx did not come up: {}",
+                probe.stderr
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let out = dir.path().join(format!("client-{http}"));
+        let res = rpm(
+            Some(&bed.ns("rcv")),
+            &[
+                "-d",
+                "down",
+                "--interval",
+                "0.5s",
+                "--mad",
+                "2",
+                "--stage-limit",
+                "10s",
+                "--max-connections",
+                "4",
+                "-q",
+                "--out",
+                out.to_str().unwrap(),
+                &url,
+            ],
+            Duration::from_secs(60),
+        );
+        drop(nginx);
+        assert_eq!(res.code(), Some(0), "{http}: {}{}", res.stdout, res.stderr);
+        let s = read_json(&out.join("summary.json"));
+        let want = if http == "h2" { "HTTP/2" } else { "HTTP/1.1" };
+        assert_eq!(s["http"], want, "{s:#}");
+        let st = &s["stages"][0];
+        assert!(st["dl_throughput_bps"].as_f64().unwrap() > 10e6, "{st:#}");
+        assert!(!st["responsiveness"].is_null(), "{st:#}");
+        // Over HTTP/1.1 a self probe cannot share the transfer's connection: the draft's
+        // substitute, tcp_info's sRTT, and the summary says so.
+        let subs = st["self_on_down"]["srtt_substitutes"].as_u64().unwrap();
+        let count = st["self_on_down"]["count"].as_u64().unwrap();
+        match http {
+            "h2" => assert_eq!(subs, 0),
+            _ => assert!(count > 0 && subs == count, "{st:#}"),
+        }
+    }
+}
+
+#[test]
+fn a_server_that_dies_or_never_answers_ends_the_test_with_the_reason() {
+    let _g = serial();
+    let dir = tempdir("rpm-dies");
+    let (server, addr) = start_server(None, &["--listen", "127.0.0.1:0"]);
+    let out = dir.path().join("client");
+    let client_bin = bin("sbm-rpm");
+    let mut client = Running::spawn_program(
+        client_bin.to_str().unwrap(),
+        &[
+            "-d",
+            "down",
+            "--interval",
+            "0.5s",
+            "--stage-limit",
+            "60s",
+            "--probe-timeout",
+            "2s",
+            "--out",
+            out.to_str().unwrap(),
+            &format!("http://{addr}"),
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        client.is_running(),
+        "the client ended before the server died"
+    );
+    server.signal(nix::sys::signal::Signal::SIGKILL);
+    drop(server);
+    let started = Instant::now();
+    let res = client.wait(Duration::from_secs(30));
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(res.code(), Some(1), "{}{}", res.stdout, res.stderr);
+    assert!(res.stdout.contains("INCOMPLETE"), "{}", res.stdout);
+    let s = read_json(&out.join("summary.json"));
+    assert_eq!(s["complete"], false);
+    let reason = s["incomplete_reason"].as_str().unwrap();
+    assert!(reason.contains("load-generating connection"), "{reason}");
+    // What was measured before is kept.
+    assert!(s["stages"][0]["intervals"].as_u64().unwrap() >= 2, "{s:#}");
+
+    // A server that accepts and never answers: the configuration fetch times out, one line.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let holder = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in silent.incoming().take(2) {
+            held.push(c);
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    });
+    let res = rpm(
+        None,
+        &["--probe-timeout", "1s", &format!("http://{silent_addr}")],
+        Duration::from_secs(20),
+    );
+    assert_eq!(res.code(), Some(1), "{}", res.stderr);
+    assert_eq!(res.stderr.trim().lines().count(), 1, "{}", res.stderr);
+    assert!(res.stderr.contains("no answer within 1s"), "{}", res.stderr);
+    holder.join().unwrap();
+}
