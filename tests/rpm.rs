@@ -508,3 +508,106 @@ fn a_server_that_dies_or_never_answers_ends_the_test_with_the_reason() {
     assert!(res.stderr.contains("no answer within 1s"), "{}", res.stderr);
     holder.join().unwrap();
 }
+
+/// Median of a non-empty list.
+fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty());
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Each self probe joined with the server's ledger: (its RTT, the wait of its response in
+/// the server's socket, that wait's bound), in ms.
+fn joined_self_probes(client: &Path, server: &Path) -> Vec<(f64, f64, f64)> {
+    let waits: std::collections::HashMap<String, (f64, f64)> = read_csv(&server.join("probes.csv"))
+        .into_iter()
+        .map(|r| {
+            (
+                r["probe_id"].clone(),
+                (
+                    r["socket_wait_ms"].parse().unwrap(),
+                    r["bound_ms"].parse().unwrap(),
+                ),
+            )
+        })
+        .collect();
+    let answered: Vec<_> = read_csv(&client.join("probes.csv"))
+        .into_iter()
+        .filter(|r| r["kind"] == "self" && !r["http_ms"].is_empty())
+        .collect();
+    let joined: Vec<(f64, f64, f64)> = answered
+        .iter()
+        .filter_map(|r| {
+            let (w, b) = waits.get(&r["probe_id"])?;
+            Some((r["http_ms"].parse().unwrap(), *w, *b))
+        })
+        .collect();
+    assert!(
+        joined.len() * 10 >= answered.len() * 9 && !joined.is_empty(),
+        "only {} of {} answered self probes are in the server's ledger",
+        joined.len(),
+        answered.len()
+    );
+    joined
+}
+
+#[test]
+fn the_servers_ledger_times_each_self_probes_wait_in_its_socket() {
+    let _g = serial();
+    let bed = Bed::up("rpmw", &["--rate", "10mbit", "--rtt", "40ms"]);
+    let dir = tempdir("rpm-ledger");
+    let mut medians = Vec::new();
+    for (tag, rule) in [
+        ("default", vec![]),
+        ("lowat", vec!["--notsent-lowat", "16K"]),
+    ] {
+        let server_out = dir.path().join(format!("server-{tag}"));
+        let mut sargs = vec![
+            "--listen",
+            "198.18.1.1:8080",
+            "--out",
+            server_out.to_str().unwrap(),
+        ];
+        sargs.extend(rule.iter().copied());
+        let (server, _) = start_server(Some(&bed.ns("snd")), &sargs);
+        let out = dir.path().join(format!("client-{tag}"));
+        let res = rpm(
+            Some(&bed.ns("rcv")),
+            &[
+                "-d",
+                "down",
+                "--interval",
+                "1s",
+                "--mad",
+                "2",
+                "--stage-limit",
+                "15s",
+                "--max-connections",
+                "4",
+                "-q",
+                "--out",
+                out.to_str().unwrap(),
+                "http://198.18.1.1:8080",
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+        stop(server);
+        let joined = joined_self_probes(&out, &server_out);
+        // The wait in the server's socket is part of the probe's round trip.
+        for (rtt, wait, bound) in &joined {
+            assert!(
+                wait - bound <= *rtt,
+                "{tag}: wait {wait} ± {bound} ms in an RTT of {rtt} ms"
+            );
+        }
+        medians.push(median(joined.iter().map(|j| j.1).collect()));
+    }
+    // The default parks seconds of data in the socket; a 16 KB lowat a fraction of that.
+    assert!(
+        medians[0] > 3.0 * medians[1],
+        "median socket wait: default {} ms, NOTSENT_LOWAT 16K {} ms",
+        medians[0],
+        medians[1]
+    );
+}

@@ -410,7 +410,7 @@ async fn fetch_config(
             .map_err(|e| e.to_string())?;
         let (_, body) = tokio::time::timeout(
             ep.connect_timeout,
-            connect::get_all(ep, &c.sender, c.version, path),
+            connect::get_all(ep, &c.sender, c.version, path, None),
         )
         .await
         .map_err(|_| format!("no answer within {:?}", ep.connect_timeout))??;
@@ -483,6 +483,8 @@ impl Drop for LoadConn {
 
 #[derive(Debug)]
 struct ProbeDone {
+    /// Unique in the run: the stage and the pair's number.
+    probe_id: String,
     kind: &'static str,
     on: &'static str,
     version: HttpVersion,
@@ -611,8 +613,10 @@ async fn foreign_probe(
     nodelay: bool,
     small: String,
     start_s: f64,
+    probe_id: String,
 ) -> ProbeDone {
     let mut p = ProbeDone {
+        probe_id,
         kind: "foreign",
         on: "",
         version: HttpVersion::H2,
@@ -628,7 +632,7 @@ async fn foreign_probe(
             p.version = c.version;
             p.tcp_ms = Some(c.tcp_ms);
             p.tls_ms = c.tls_ms;
-            match connect::get_all(&ep, &c.sender, c.version, &small).await {
+            match connect::get_all(&ep, &c.sender, c.version, &small, None).await {
                 Ok((ms, _)) => p.http_ms = Some(ms),
                 Err(e) => p.error = Some(e),
             }
@@ -646,8 +650,10 @@ async fn self_probe(
     on: &'static str,
     small: String,
     start_s: f64,
+    probe_id: String,
 ) -> ProbeDone {
     let mut p = ProbeDone {
+        probe_id,
         kind: "self",
         on,
         version: conn.version,
@@ -659,10 +665,13 @@ async fn self_probe(
         error: None,
     };
     match &conn.sender {
-        Sender::H2(_) => match connect::get_all(&ep, &conn.sender, conn.version, &small).await {
-            Ok((ms, _)) => p.http_ms = Some(ms),
-            Err(e) => p.error = Some(e),
-        },
+        Sender::H2(_) => {
+            match connect::get_all(&ep, &conn.sender, conn.version, &small, Some(&p.probe_id)).await
+            {
+                Ok((ms, _)) => p.http_ms = Some(ms),
+                Err(e) => p.error = Some(e),
+            }
+        }
         Sender::H1(_) => match conn.tcp_info() {
             Some(i) if i.rtt_us > 0 => {
                 p.http_ms = Some(f64::from(i.rtt_us) / 1e3);
@@ -832,17 +841,20 @@ async fn run_stage(
                 launched += 1;
                 let timeout = test.args.probe_timeout;
                 let tx = probe_tx.clone();
+                let pair_id = format!("{}-{launched}", name.name());
+                let foreign_id = format!("{pair_id}-f");
                 let fp = foreign_probe(
                     test.ep.clone(),
                     test.http,
                     !test.args.nagle,
                     test.small.clone(),
                     start_s,
+                    foreign_id.clone(),
                 );
                 tokio::spawn(async move {
                     let p = match tokio::time::timeout(timeout, fp).await {
                         Ok(p) => p,
-                        Err(_) => timed_out("foreign", "", start_s, timeout),
+                        Err(_) => timed_out(foreign_id, "foreign", "", start_s, timeout),
                     };
                     let _ = tx.send(p);
                 });
@@ -860,11 +872,19 @@ async fn run_stage(
                 };
                 if let Some((conn, on)) = carrier {
                     let tx = probe_tx.clone();
-                    let sp = self_probe(test.ep.clone(), conn, on, test.small.clone(), start_s);
+                    let self_id = format!("{pair_id}-s");
+                    let sp = self_probe(
+                        test.ep.clone(),
+                        conn,
+                        on,
+                        test.small.clone(),
+                        start_s,
+                        self_id.clone(),
+                    );
                     tokio::spawn(async move {
                         let p = match tokio::time::timeout(timeout, sp).await {
                             Ok(p) => p,
-                            Err(_) => timed_out("self", on, start_s, timeout),
+                            Err(_) => timed_out(self_id, "self", on, start_s, timeout),
                         };
                         let _ = tx.send(p);
                     });
@@ -983,8 +1003,15 @@ fn stage_name(s: Stage) -> &'static str {
     }
 }
 
-fn timed_out(kind: &'static str, on: &'static str, start_s: f64, t: Duration) -> ProbeDone {
+fn timed_out(
+    probe_id: String,
+    kind: &'static str,
+    on: &'static str,
+    start_s: f64,
+    t: Duration,
+) -> ProbeDone {
     ProbeDone {
+        probe_id,
         kind,
         on,
         version: HttpVersion::H2,
@@ -1026,6 +1053,7 @@ fn window_probes(probes: &VecDeque<(usize, ProbeDone)>, interval: usize, mad: us
 
 fn probe_row(stage: StageName, interval: usize, p: &ProbeDone) -> ProbeRow {
     ProbeRow {
+        probe_id: p.probe_id.clone(),
         stage: stage.name().into(),
         kind: p.kind.into(),
         on: p.on.into(),

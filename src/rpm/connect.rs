@@ -307,14 +307,22 @@ pub async fn send(sender: &Sender, req: Request<ClientBody>) -> Result<Response<
 }
 
 /// GETs `path` and reads the whole body; the milliseconds from sending to the last byte.
+/// `probe_id`, where given, goes in the `x-sbm-probe` header (sbm-rpm-server's ledger).
 pub async fn get_all(
     ep: &Endpoint,
     c: &Sender,
     version: HttpVersion,
     path: &str,
+    probe_id: Option<&str>,
 ) -> Result<(f64, Bytes), String> {
+    let mut req = request(ep, version, hyper::Method::GET, path, empty());
+    if let Some(id) = probe_id {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(id) {
+            req.headers_mut().insert(super::server::PROBE_HEADER, v);
+        }
+    }
     let started = Instant::now();
-    let resp = send(c, request(ep, version, hyper::Method::GET, path, empty())).await?;
+    let resp = send(c, req).await?;
     let status = resp.status();
     let body = resp
         .into_body()

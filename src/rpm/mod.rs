@@ -9,6 +9,7 @@
 pub mod body;
 pub mod client;
 pub mod connect;
+pub mod ledger;
 pub mod method;
 pub mod nq_config;
 pub mod record;

@@ -97,6 +97,9 @@ pub struct RpmRun {
 /// probes.csv: one row per probe, written when it ends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeRow {
+    /// "STAGE-N-f" or "STAGE-N-s" (pair N's foreign or self probe); a self probe's id is
+    /// the `probe_id` of sbm-rpm-server's probes.csv.
+    pub probe_id: String,
     pub stage: String,
     /// "foreign" or "self".
     pub kind: String,

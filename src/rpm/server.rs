@@ -10,7 +10,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,6 +26,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use super::body::Zeros;
+use super::ledger::{Measured, PendingProbes, ProbeWait};
 use super::nq_config::{NqConfig, LARGE_PATH, SMALL_PATH, UPLOAD_PATH, WELL_KNOWN_PATH};
 use super::rule::{EndpointRule, RuleArgs, RuledStream};
 use crate::cli::{self, Failure};
@@ -114,12 +115,24 @@ pub struct ConnectionRow {
 /// What a request handler updates for its connection.
 #[derive(Debug, Default)]
 struct ConnStats {
+    id: AtomicU64,
     requests: AtomicU64,
     upload_bytes: AtomicU64,
     http: Mutex<String>,
+    /// The self probes whose socket backlog has not yet left (`rpm::ledger`).
+    pending: Mutex<PendingProbes>,
+    /// A probe arrived: the sampler wakes.
+    probe_arrived: tokio::sync::Notify,
+    /// Bytes written to the socket so far (published by `Tracked`).
+    written: Arc<AtomicU64>,
+    /// A second descriptor of the socket, for SIOCOUTQNSD while hyper owns it.
+    socket: Option<OwnedFd>,
 }
 
 struct Shared {
+    /// When the server started: probes.csv's clock.
+    started: Instant,
+    probes: ProbeRecorder,
     large_size: u64,
     h2_send_buffer: usize,
     public_base: Option<String>,
@@ -203,6 +216,8 @@ async fn serve(args: ServerArgs, rule: EndpointRule) -> Result<i32, Failure> {
         rule.label()
     );
     let shared = Arc::new(Shared {
+        started: Instant::now(),
+        probes: ProbeRecorder::open(args.out.as_deref()).map_err(Failure::env)?,
         large_size: args.large_size,
         h2_send_buffer: args.h2_send_buffer as usize,
         public_base: args.public_base.clone(),
@@ -268,8 +283,18 @@ async fn serve_connection(
     shared: Arc<Shared>,
 ) -> ConnectionRow {
     let started = Instant::now();
-    let stats = Arc::new(ConnStats::default());
     let written = Arc::new(AtomicU64::new(0));
+    let stats = Arc::new(ConnStats {
+        id: AtomicU64::new(id),
+        requests: AtomicU64::new(0),
+        upload_bytes: AtomicU64::new(0),
+        http: Mutex::new(String::new()),
+        pending: Mutex::new(PendingProbes::default()),
+        probe_arrived: tokio::sync::Notify::new(),
+        written: written.clone(),
+        socket: nix::unistd::dup(ruled.get_ref().as_fd()).ok(),
+    });
+    let sampler = tokio::spawn(sample_probes(stats.clone(), shared.clone()));
     let lowat_sets = Arc::new(AtomicU64::new(0));
     let last_info = Arc::new(Mutex::new(None));
     let tracked = Tracked {
@@ -302,6 +327,7 @@ async fn serve_connection(
             .await
             .map_err(|e| e.to_string()),
     };
+    sampler.abort();
     let info: Option<TcpInfo> = last_info.lock().expect("not poisoned").take();
     let http = stats.http.lock().expect("not poisoned").clone();
     ConnectionRow {
@@ -382,6 +408,56 @@ impl Tracked {
     }
 }
 
+/// The header by which sbm-rpm names a self probe, so that the server's ledger can be
+/// joined with the client's probes.csv.
+pub const PROBE_HEADER: &str = "x-sbm-probe";
+
+/// A self probe's response is ready: its wait starts now, behind every byte already
+/// written to the socket.
+fn probe_ready(stats: &ConnStats, shared: &Shared, id: String) {
+    let Some(fd) = &stats.socket else { return };
+    let now = Instant::now();
+    let written = stats.written.load(Ordering::Relaxed);
+    let backlog = sys::outq_notsent(fd.as_fd()).unwrap_or(0);
+    let done = stats
+        .pending
+        .lock()
+        .expect("not poisoned")
+        .ready(id, now, written, backlog);
+    match done {
+        Some(m) => shared.probes.record(shared, stats, m),
+        None => stats.probe_arrived.notify_one(),
+    }
+}
+
+/// Samples snd_nxt (written − SIOCOUTQNSD) every millisecond while a probe waits.
+async fn sample_probes(stats: Arc<ConnStats>, shared: Arc<Shared>) {
+    let Some(fd) = &stats.socket else { return };
+    loop {
+        if stats.pending.lock().expect("not poisoned").is_empty() {
+            stats.probe_arrived.notified().await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        let before = Instant::now();
+        // Written first, then the unsent count: a write between the two makes `sent` low,
+        // so a departure is seen late (by one sample), never early.
+        let written = stats.written.load(Ordering::Relaxed);
+        let Ok(notsent) = sys::outq_notsent(fd.as_fd()) else {
+            return;
+        };
+        let after = Instant::now();
+        let sent = written.saturating_sub(u64::from(notsent));
+        let done = stats
+            .pending
+            .lock()
+            .expect("not poisoned")
+            .sample(before, after, sent);
+        for m in done {
+            shared.probes.record(&shared, &stats, m);
+        }
+    }
+}
+
 type ServerBody = BoxBody<Bytes, Infallible>;
 
 fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<ServerBody> {
@@ -431,7 +507,16 @@ async fn handle(
             let config = NqConfig::for_base(&base, shared.test_endpoint.clone());
             full(StatusCode::OK, "application/json", config.to_json())
         }
-        (&Method::GET, SMALL_PATH) => full(StatusCode::OK, "application/octet-stream", "x"),
+        (&Method::GET, SMALL_PATH) => {
+            if let Some(id) = req
+                .headers()
+                .get(PROBE_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                probe_ready(&stats, &shared, id.to_string());
+            }
+            full(StatusCode::OK, "application/octet-stream", "x")
+        }
         (&Method::GET, LARGE_PATH) => Response::builder()
             .status(StatusCode::OK)
             .header("content-type", "application/octet-stream")
@@ -459,6 +544,49 @@ async fn handle(
         _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     };
     Ok(response)
+}
+
+/// probes.csv: one row per self probe, when its wait is known (flushed at once).
+struct ProbeRecorder {
+    writer: Option<Mutex<csv::Writer<std::fs::File>>>,
+}
+
+impl ProbeRecorder {
+    fn open(dir: Option<&std::path::Path>) -> Result<ProbeRecorder, String> {
+        let writer = match dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+                let path = d.join("probes.csv");
+                let w = csv::Writer::from_path(&path)
+                    .map_err(|e| format!("creating {}: {e}", path.display()))?;
+                Some(Mutex::new(w))
+            }
+            None => None,
+        };
+        Ok(ProbeRecorder { writer })
+    }
+
+    fn record(&self, shared: &Shared, stats: &ConnStats, m: Measured) {
+        let Some(w) = &self.writer else { return };
+        let row = ProbeWait {
+            probe_id: m.probe_id,
+            connection: stats.id.load(Ordering::Relaxed),
+            ready_s: m
+                .ready
+                .saturating_duration_since(shared.started)
+                .as_secs_f64(),
+            backlog_bytes: m.backlog_bytes,
+            socket_wait_ms: (m.lo_ms + m.hi_ms) / 2.0,
+            bound_ms: (m.hi_ms - m.lo_ms) / 2.0,
+        };
+        let mut w = w.lock().expect("not poisoned");
+        if let Err(e) = w
+            .serialize(&row)
+            .and_then(|_| w.flush().map_err(csv::Error::from))
+        {
+            eprintln!("sbm-rpm-server: writing probes.csv: {e}");
+        }
+    }
 }
 
 /// connections.csv, one row as each connection ends (flushed at once).

@@ -1,0 +1,133 @@
+//! sbm-rpm-server's ledger of self probes: how long each probe's response waited in the
+//! socket's unsent backlog.
+//!
+//! When the handler has a probe's response ready, every byte already written to the
+//! socket is ahead of it. The wait is the time until all of those bytes had left the
+//! socket, that is until snd_nxt passed the socket's write offset at that moment. The
+//! offset is known exactly (the bytes written so far); snd_nxt is sampled as written −
+//! SIOCOUTQNSD, with the clock read before and after each ioctl, so each wait is a bracket
+//! with an error bound (as `tstamp::sampler` does for sbm-send's writes). HTTP/2's own
+//! buffer above the socket (`--h2-send-buffer`) is not in this figure.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// One self probe's wait, as the server's probes.csv records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeWait {
+    /// The client's probe id (its `x-sbm-probe` header).
+    pub probe_id: String,
+    pub connection: u64,
+    /// When the response was ready, since the server started.
+    pub ready_s: f64,
+    /// Unsent bytes in the socket at that moment.
+    pub backlog_bytes: u32,
+    /// The wait's midpoint, and half its bracket.
+    pub socket_wait_ms: f64,
+    pub bound_ms: f64,
+}
+
+/// A connection's probes whose backlog has not yet left.
+#[derive(Debug, Default)]
+pub struct PendingProbes {
+    /// (id, ready, offset to pass, backlog at ready)
+    pending: VecDeque<(String, Instant, u64, u32)>,
+    /// The clock before the last sample that had not passed the front's offset.
+    last_before: Option<Instant>,
+}
+
+/// A wait, as measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measured {
+    pub probe_id: String,
+    pub ready: Instant,
+    pub backlog_bytes: u32,
+    pub lo_ms: f64,
+    pub hi_ms: f64,
+}
+
+impl PendingProbes {
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// A response is ready at `ready`, with `written` bytes written to the socket and
+    /// `backlog` of them unsent. With no backlog the wait is zero, known at once.
+    pub fn ready(
+        &mut self,
+        id: String,
+        ready: Instant,
+        written: u64,
+        backlog: u32,
+    ) -> Option<Measured> {
+        if backlog == 0 {
+            return Some(Measured {
+                probe_id: id,
+                ready,
+                backlog_bytes: 0,
+                lo_ms: 0.0,
+                hi_ms: 0.0,
+            });
+        }
+        if self.pending.is_empty() {
+            self.last_before = Some(ready);
+        }
+        self.pending.push_back((id, ready, written, backlog));
+        None
+    }
+
+    /// A sample: `sent` bytes had left the socket, read between `before` and `after`.
+    /// Returns the probes whose offset it has passed.
+    pub fn sample(&mut self, before: Instant, after: Instant, sent: u64) -> Vec<Measured> {
+        let mut done = Vec::new();
+        while let Some((_, _, offset, _)) = self.pending.front() {
+            if *offset > sent {
+                break;
+            }
+            let (id, ready, _, backlog) = self.pending.pop_front().expect("front");
+            let lo = self.last_before.unwrap_or(ready).max(ready);
+            let ms = |t: Instant| t.saturating_duration_since(ready).as_secs_f64() * 1e3;
+            done.push(Measured {
+                probe_id: id,
+                ready,
+                backlog_bytes: backlog,
+                lo_ms: ms(lo),
+                hi_ms: ms(after).max(ms(lo)),
+            });
+        }
+        self.last_before = Some(before);
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_wait_is_bracketed_by_the_samples_around_the_backlogs_departure() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut p = PendingProbes::default();
+        // Ready at 0 ms with 10 000 bytes written, 4000 of them unsent.
+        assert_eq!(p.ready("a".into(), t0, 10_000, 4_000), None);
+        // At 5 ms only 8000 had left: not yet.
+        assert!(p.sample(ms(5), ms(6), 8_000).is_empty());
+        // By the sample read between 9 and 10 ms, all 10 000 had.
+        let done = p.sample(ms(9), ms(10), 10_000);
+        assert_eq!(done.len(), 1);
+        assert_eq!((done[0].lo_ms, done[0].hi_ms), (5.0, 10.0));
+        assert!(p.is_empty());
+    }
+
+    #[test]
+    fn no_backlog_is_no_wait() {
+        let mut p = PendingProbes::default();
+        let m = p.ready("b".into(), Instant::now(), 500, 0).unwrap();
+        assert_eq!((m.lo_ms, m.hi_ms, m.backlog_bytes), (0.0, 0.0, 0));
+        assert!(p.is_empty());
+    }
+}
