@@ -715,6 +715,9 @@ async fn run_stage(
     };
     let spec = LoadSpec::of(test);
     let (opened_tx, mut opened_rx) = mpsc::unbounded_channel::<Result<LoadConn, String>>();
+    // The first interval starts before the first load connection opens: the bytes that
+    // arrive while the others open are counted over the time they took.
+    let mut last_tick = Instant::now();
     'open: for _ in 0..params.initial_connections {
         for &d in dirs {
             match open_load(&spec, d, &fail_tx).await {
@@ -726,7 +729,6 @@ async fn run_stage(
             }
         }
     }
-    let mut last_tick = tokio::time::Instant::now();
     // Connections asked for and not yet open: they count toward MNP.
     let mut opening = 0usize;
     let mut ramp = Ramp::default();
@@ -771,8 +773,10 @@ async fn run_stage(
                     }
                 }
                 // The interval as it ran (a late tick must not read as a rate spike).
-                let now = tokio::time::Instant::now();
+                let now = Instant::now();
                 let secs = now.duration_since(last_tick).as_secs_f64().max(1e-3);
+                let start_s = last_tick.duration_since(started).as_secs_f64();
+                let end_s = now.duration_since(started).as_secs_f64();
                 last_tick = now;
                 let (dl, ul) = (down as f64 / secs, up as f64 / secs);
                 dl_series.push(dl);
@@ -789,7 +793,8 @@ async fn run_stage(
                 let row = IntervalRow {
                     stage: name.name().into(),
                     interval: intervals_done,
-                    end_s: started.elapsed().as_secs_f64(),
+                    start_s,
+                    end_s,
                     ramp_stage: verdict.map(|v| stage_name(v.stage)).unwrap_or("idle").into(),
                     dl_bps: dl * 8.0,
                     ul_bps: ul * 8.0,

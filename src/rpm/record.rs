@@ -123,6 +123,8 @@ pub struct ProbeRow {
 pub struct IntervalRow {
     pub stage: String,
     pub interval: usize,
+    /// Seconds since the stage began: the interval's rates are its bytes over end − start.
+    pub start_s: f64,
     pub end_s: f64,
     pub ramp_stage: String,
     pub dl_bps: f64,
