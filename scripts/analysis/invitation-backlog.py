@@ -21,6 +21,7 @@ Standard library only.
 """
 import csv
 import functools
+import math
 import os
 import statistics as st
 import sys
@@ -40,11 +41,12 @@ FIELDS = ['cell', 'rate', 'config', 'repetition', 'status', 'goodput_bps', 'writ
 
 
 def pct(values, q):
-    """The q-th percentile (nearest rank) of a sorted list."""
+    """The q-th percentile of a sorted list by nearest rank: the ceil(q/100 × n)-th value
+    (Python's round() rounds halves to even, so it is not used here)."""
     if not values:
         return None
-    k = max(0, min(len(values) - 1, round(q / 100 * len(values) + 0.5) - 1))
-    return values[k]
+    k = max(1, min(len(values), math.ceil(q * len(values) / 100)))
+    return values[k - 1]
 
 
 def threshold_of(row, lowat):
