@@ -774,9 +774,9 @@ async fn run_stage(
                 }
                 // The interval as it ran (a late tick must not read as a rate spike).
                 let now = Instant::now();
-                let secs = now.duration_since(last_tick).as_secs_f64().max(1e-3);
                 let start_s = last_tick.duration_since(started).as_secs_f64();
                 let end_s = now.duration_since(started).as_secs_f64();
+                let secs = (end_s - start_s).max(1e-3);
                 last_tick = now;
                 let (dl, ul) = (down as f64 / secs, up as f64 / secs);
                 dl_series.push(dl);
