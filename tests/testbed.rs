@@ -242,6 +242,8 @@ struct Punctuality {
     /// CPU time the hypervisor took from this VM during the transfer (/proc/stat steal), as
     /// a share of all CPUs' time.
     steal_share: f64,
+    /// Goodput as a share of the bottleneck's payload rate.
+    share: f64,
 }
 
 impl Punctuality {
@@ -271,7 +273,6 @@ fn fast_transfer_punctuality(tag: &str) -> Punctuality {
     let s = bed.transfer(&["-t", "13s", "--warmup", "5s", "--cc", "cubic"]);
     let machine = probe.finish();
     let share = share_of_bottleneck(&s, 86e6);
-    assert!(share >= 0.85, "86 Mb/s: {share:.3} of the payload rate");
     let st = bed.status();
     for q in st["nfnetlink_queue"].as_array().unwrap() {
         assert_eq!(q["queue_dropped"], 0, "{q}");
@@ -288,10 +289,12 @@ fn fast_transfer_punctuality(tag: &str) -> Punctuality {
         late_p99_us: fwd["late_p99_us"].as_u64().unwrap(),
         control_p99_us: machine.control_p99_us,
         steal_share: machine.steal_share,
+        share,
     }
 }
 
-/// Lossless every time, and punctual: the median release under 0.5 ms in every run (a
+/// Lossless every time, at 85 % of the payload rate in a run where the machine kept time,
+/// and punctual: the median release under 0.5 ms in every run (a
 /// systematically late line — a coarse timer, batching — shows there whatever the host
 /// does), and the p99 within `tail_bound_us` in a run where the machine kept time (see
 /// `machine_kept_time`), at most three runs, the first within its bound ending it. On this
@@ -318,7 +321,31 @@ fn fast_path_delay_line_is_lossless_and_punctual() {
             "median late release {} us at 86 Mb/s",
             p.late_p50_us
         );
-        eprintln!("run {tag}: {}", shown(&p));
+        eprintln!(
+            "run {tag}: {:.3} of the payload rate, {}",
+            p.share,
+            shown(&p)
+        );
+        // The rate is judged as the tail is: a userspace line on stolen CPUs falls behind
+        // (CI: 0.226 of the rate in a run after one with 6.99 % stolen), so a slow run
+        // fails only where the machine kept time, and is otherwise retried.
+        if p.share < 0.85 {
+            assert!(
+                !p.machine_kept_time(),
+                "86 Mb/s: {:.3} of the payload rate ({})",
+                p.share,
+                shown(&p)
+            );
+            if tag != "e3" {
+                say_retry(&format!(
+                    "86 Mb/s: {:.3} of the payload rate: {}",
+                    p.share,
+                    shown(&p)
+                ));
+            }
+            runs.push(p);
+            continue;
+        }
         let within = p.machine_kept_time() && p.late_p99_us < p.tail_bound_us();
         if within {
             return;
