@@ -74,7 +74,8 @@ extern int bpf_sock_ops_enable_tx_tstamp(struct bpf_sock_ops_kern *skops,
 struct sbm_trace_config {
 	__u16 port;		/* 0: every connection; else only this local or remote port */
 	__u16 timestamping;	/* 1: BPF TX timestamping (needs 6.15+) */
-	__u32 pad;
+	__u16 per_packet;	/* 1: a departure per segment (the header-option callback) */
+	__u16 pad;
 	char cc[16];		/* "": leave it; else each connection's congestion control */
 };
 
@@ -239,9 +240,12 @@ int sbm_trace(struct bpf_sock_ops *skops)
 					     sizeof(cc));
 		}
 		emit(skops, sk, EV_ESTABLISHED, skops->snd_nxt, err);
+		/* The header-option callback runs for every outgoing segment: only when its
+		 * departures are asked for (sbm-send's BPF timestamps alone do not need it). */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 						 BPF_SOCK_OPS_STATE_CB_FLAG |
-						 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+						 (cfg->per_packet ?
+						  BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG : 0));
 		if (cfg->timestamping) {
 			flag = SBM_SK_BPF_CB_TX_TIMESTAMPING;
 			err = bpf_setsockopt(skops, SOL_SOCKET, SBM_SK_BPF_CB_FLAGS, &flag,

@@ -56,7 +56,7 @@ pub struct SenderOptions {
     pub congestion: Option<String>,
     /// SO_RCVBUF for the error queue; None = sbm's default.
     pub errqueue_rcvbuf: Option<u32>,
-    /// Whether TX timestamps will be enabled (the error-queue buffer matters only then).
+    /// Whether SO_TIMESTAMPING will be enabled (the error-queue buffer matters only then).
     pub timestamps: bool,
 }
 

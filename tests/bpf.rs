@@ -629,6 +629,76 @@ fn sbm_sends_exact_departures_agree_with_its_other_estimators() {
     assert_nothing_new(&before, "--exact-departures");
 }
 
+/// `sbm-send --timestamps bpf`: every write timed from BPF TX timestamping, with no
+/// SO_TIMESTAMPING on the socket. First run: every write gets its reports (its own or,
+/// coalesced, a later write's, as with the error queue), none lost, and they are read while
+/// the run goes on — on the loop's own turns, since the program never wakes it (a loop that
+/// read them only at the end would leave every interval without a SCHED report). Second run,
+/// with `--exact-departures`: its TX_SCHED held to the standard the error queue's is held to,
+/// against the exact departure of each write's last byte (another hook of the program) and
+/// the snd_nxt sampler's bracket (read by ioctl). Nothing stays attached.
+#[test]
+fn sbm_sends_bpf_timestamps_time_every_write() {
+    let _g = serial();
+    require_root();
+    let before = attached();
+    let bed = Bed::up("b", &["--rate", "2mbit", "--rtt", "40ms"]);
+    let timed = [
+        "-t",
+        "10s",
+        "--warmup",
+        "2s",
+        "-l",
+        "4KiB",
+        "--timestamps",
+        "bpf",
+    ];
+    let mut args = timed.to_vec();
+    args.extend(["--drain-timeout", "5s"]);
+    let (summary, out) = bed.transfer_to(&args);
+    assert_eq!(summary["config"]["timestamp_source"], "bpf", "{summary}");
+    assert!(
+        summary["timestamping"].is_null(),
+        "SO_TIMESTAMPING was enabled: {summary}"
+    );
+    let b = &summary["bpf_timestamps"];
+    assert_eq!(b["events_lost"], 0, "{b}");
+    assert_eq!(b["events_malformed"], 0, "{b}");
+    let a = &summary["attribution"];
+    assert_eq!((&a["missing"], &a["unsent"]), (&0.into(), &0.into()), "{a}");
+    let own = a["exact"].as_u64().unwrap();
+    let rows = read_csv(&out.join("writes.csv"));
+    assert!(rows.len() > 100, "{} writes", rows.len());
+    assert!(
+        rows.iter()
+            .all(|r| !r["sched_ns"].is_empty() && !r["ack_ns"].is_empty()),
+        "writes without TX_SCHED or TX_ACK"
+    );
+    // Three reports per write that kept its own request: SCHED, SND and ACK.
+    assert!(
+        b["reports"].as_u64().unwrap() == 3 * own && own >= 10,
+        "{b}: {own} writes with their own reports"
+    );
+    let intervals = read_csv(&out.join("intervals.csv"));
+    let full = &intervals[..intervals.len() - 1];
+    assert!(
+        full.iter().all(|r| num(r, "sched_reports").unwrap() > 0),
+        "an interval without a SCHED report read: the reports were not read during the run"
+    );
+
+    let mut args = timed.to_vec();
+    args.push("--exact-departures");
+    let (_, out) = bed.transfer_to(&args);
+    check_departures(
+        &read_csv(&out.join("writes.csv")),
+        &|r| num(r, "depart_exact_ns"),
+        &|_| false,
+        "--timestamps bpf",
+    );
+    drop(bed);
+    assert_nothing_new(&before, "--timestamps bpf");
+}
+
 #[test]
 fn an_unmodified_python_sender_is_traced_write_by_write() {
     let _g = serial();

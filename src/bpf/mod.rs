@@ -5,6 +5,8 @@
 //!   program acts on its sockets and no one else's.
 //! - [`replenish`]: TCP_REPLENISH_TIME on a stock kernel — a sock_ops program that keeps
 //!   each socket's TCP_NOTSENT_LOWAT at a multiple of drain rate × T.
+//! - [`send_tap`]: the tracer's program on sbm-send's own connection (`--exact-departures`,
+//!   `--timestamps bpf`).
 //! - [`trace`]: the tracer's program — per-write TX timestamps and per-packet departures of
 //!   any program's connections, through a ring buffer.
 //!
@@ -12,8 +14,8 @@
 //! run, a signal, an error).
 
 pub mod cgroup;
-pub mod departures;
 pub mod replenish;
+pub mod send_tap;
 pub mod trace;
 
 use std::os::fd::{AsRawFd, BorrowedFd};

@@ -28,6 +28,9 @@ pub struct TraceSettings {
     pub port: Option<u16>,
     /// Ask for BPF TX timestamping (Linux 6.15+): per-write SCHED/SND/ACK times.
     pub timestamping: bool,
+    /// A departure event per segment that raised the highest sequence sent (a callback per
+    /// outgoing segment: the costly part).
+    pub per_packet: bool,
     /// Set each traced connection's congestion control when it is established (an
     /// unmodified program chooses none; a namespace other than the host's may not make
     /// every algorithm its default). At most 15 bytes.
@@ -136,7 +139,8 @@ impl TraceSettings {
         let mut b = Vec::with_capacity(24);
         b.extend_from_slice(&self.port.unwrap_or(0).to_ne_bytes());
         b.extend_from_slice(&u16::from(self.timestamping).to_ne_bytes());
-        b.extend_from_slice(&[0u8; 4]);
+        b.extend_from_slice(&u16::from(self.per_packet).to_ne_bytes());
+        b.extend_from_slice(&[0u8; 2]);
         let mut cc = [0u8; 16];
         if let Some(name) = &self.congestion {
             let n = name.len().min(15);
@@ -194,6 +198,16 @@ impl Tracer {
             _link: link,
             object,
         })
+    }
+
+    /// Every event queued so far, in order, without waiting and without a system call (the
+    /// ring buffer is shared memory): for a loop that reads it when it wakes anyway.
+    pub fn take_queued(&self) -> Result<Vec<TraceEvent>, BpfError> {
+        self.ring.consume().map_err(|e| BpfError::Map {
+            map: EVENTS_MAP,
+            reason: e.to_string(),
+        })?;
+        Ok(self.queue.borrow_mut().drain(..).collect())
     }
 
     /// Waits up to `timeout` for events and returns every one that arrived, in order.

@@ -174,6 +174,21 @@ pub fn send_summary_text(s: &SendSummary) -> String {
                 }
             );
         }
+        if let Some(b) = &s.bpf_timestamps {
+            let _ = writeln!(
+                out,
+                "reports: {} from the BPF program{}",
+                b.reports,
+                if b.events_lost + b.events_malformed > 0 {
+                    format!(
+                        ", {} events lost and {} malformed: the writes they were for are missing",
+                        b.events_lost, b.events_malformed
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
         let a = &s.attribution;
         let _ = writeln!(
             out,
@@ -197,7 +212,7 @@ pub fn send_summary_text(s: &SendSummary) -> String {
         if a.missing > 0 {
             let _ = writeln!(
                 out,
-                "warning: {} writes have no SCHED time: neither their own report nor a later write's bounds them (requests taken over by later writes, or reports lost to an error-queue overflow)",
+                "warning: {} writes have no SCHED time: neither their own report nor a later write's bounds them (requests taken over by later writes, or reports lost to an error-queue overflow or a full BPF ring buffer)",
                 a.missing
             );
         }
@@ -211,7 +226,10 @@ pub fn send_summary_text(s: &SendSummary) -> String {
             );
         }
     } else {
-        let _ = writeln!(out, "sojourn: not measured (--no-timestamps or --light)");
+        let _ = writeln!(
+            out,
+            "sojourn: not measured (--timestamps off, --no-timestamps or --light)"
+        );
     }
     let r = &s.receiver;
     if r.replied {
@@ -285,7 +303,7 @@ pub fn send_summary_text(s: &SendSummary) -> String {
         } else {
             let _ = writeln!(
                 out,
-                "content age at departure:   not measured (--no-timestamps or --light)"
+                "content age at departure:   not measured (--timestamps off, --no-timestamps or --light)"
             );
         }
         if c.received > 0 {

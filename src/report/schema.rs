@@ -11,6 +11,7 @@ use crate::sockopt::{OptionReport, TimestampingMode};
 use crate::stats::Percentiles;
 use crate::tstamp::departures::ExactDepartureReport;
 use crate::tstamp::sampler::Departure;
+use crate::tstamp::tap::BpfTimestampsReport;
 use crate::tstamp::TimedWrite;
 
 /// writes.csv: one row per accepted write.
@@ -267,6 +268,10 @@ pub struct RunConfig {
     /// `--paced-start`: the opening phase of one write per RTT, s.
     pub paced_start_s: Option<f64>,
     pub timestamps: bool,
+    /// Where the TX reports came from: "socket" (SO_TIMESTAMPING) or "bpf" (BPF TX
+    /// timestamping); absent when writes were not timed or before this field existed
+    /// (then "socket").
+    pub timestamp_source: Option<Cow<'static, str>>,
     pub drain_timeout_s: Option<f64>,
 }
 
@@ -737,6 +742,8 @@ pub struct SendSummary {
     /// time, after the warm-up (empty without it), and what the estimator saw.
     pub sojourn_depart: Percentiles,
     pub exact_departures: Option<ExactDepartureReport>,
+    /// `--timestamps bpf`: how the program's TX reports went.
+    pub bpf_timestamps: Option<BpfTimestampsReport>,
     pub sampling: SamplingReport,
     /// sbm-send's own cost (getrusage): CPU seconds and peak resident memory.
     pub resources: Resources,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use super::config::{EpollMode, Limits, SendConfig};
+use super::config::{EpollMode, Limits, SendConfig, TimestampSource};
 use super::source::SourceSpec;
 use super::source_cli::SourceArgs;
 use crate::replenish::{self, ReplenishConfig, ReplenishImpl};
@@ -24,6 +24,7 @@ Examples:
   sbm-send --connect 198.18.2.1 -t 40s --replenish-time 15ms            # emulated unless patched
   sbm-send --connect 198.18.2.1 -l 4KiB --replenish-time 15ms --sub-mss-clause off   # report §6
   sbm-send -c 127.0.0.1 -t 5s -J -q | jq .sojourn_sampled    # the summary as JSON on stdout
+  sbm-send -c 198.18.2.1 -t 30s --timestamps bpf   # TX times from BPF: no error queue (root)
   sbm-send -c 198.18.0.2 -P 4 -t 30s --out /tmp/four            # four flows, SUM lines as iperf
   sbm-send -c 198.18.0.2 -R -t 10 --notsent-lowat 16KB   # the sink sends and measures (iperf's -R)
 
@@ -44,6 +45,19 @@ pub enum SubMssClause {
     /// Under --nodelay too: an experiment (the report's §1 controlled comparison, where it
     /// pooled writes behind a cwnd-blocked segment); the rule must not do this.
     Always,
+}
+
+/// `--timestamps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TimestampsArg {
+    /// SO_TIMESTAMPING: the kernel's reports read from the socket's error queue (default).
+    Socket,
+    /// BPF TX timestamping (Linux 6.15+; root, cgroup v2): the same SCHED, SND and ACK
+    /// times given to a sock_ops program and read from its ring buffer when the loop wakes
+    /// anyway — no error queue, no system call per report, no wakeup of their own.
+    Bpf,
+    /// No write is timed (as --no-timestamps).
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -176,7 +190,13 @@ pub struct SendArgs {
     #[arg(long, value_parser = parse_u32_bytes, value_name = "BYTES", conflicts_with = "no_timestamps")]
     pub errqueue_rcvbuf: Option<u32>,
 
-    /// Do not enable TX timestamps (the measurement-validity control run).
+    /// Where each write's TX timestamps come from: socket (SO_TIMESTAMPING, the default),
+    /// bpf (BPF TX timestamping, Linux 6.15+, root: no error queue and no wakeup of their
+    /// own), off (writes not timed).
+    #[arg(long, value_enum, value_name = "SOURCE", conflicts_with_all = ["no_timestamps", "light"])]
+    pub timestamps: Option<TimestampsArg>,
+
+    /// Do not enable TX timestamps (the measurement-validity control run; --timestamps off).
     #[arg(long)]
     pub no_timestamps: bool,
 
@@ -533,6 +553,39 @@ impl SendArgs {
                 ));
             }
         }
+        let timestamps = match self.timestamps {
+            _ if self.no_timestamps || self.light => None,
+            None | Some(TimestampsArg::Socket) => Some(TimestampSource::Socket),
+            Some(TimestampsArg::Bpf) => Some(TimestampSource::Bpf),
+            Some(TimestampsArg::Off) => None,
+        };
+        if timestamps.is_none() && self.timestamps == Some(TimestampsArg::Off) {
+            for (asked, flag) in [
+                (self.errqueue_rcvbuf.is_some(), "--errqueue-rcvbuf"),
+                (self.exact_departures, "--exact-departures"),
+                (self.eor, "--eor"),
+            ] {
+                if asked {
+                    return Err(format!(
+                        "{flag} needs timed writes: not with --timestamps off"
+                    ));
+                }
+            }
+        }
+        if self.errqueue_rcvbuf.is_some() && timestamps == Some(TimestampSource::Bpf) {
+            return Err(
+                "--errqueue-rcvbuf sizes the error queue of --timestamps socket; \
+                 --timestamps bpf does not use it"
+                    .into(),
+            );
+        }
+        if timestamps == Some(TimestampSource::Bpf) && self.parallel > 1 {
+            return Err(format!(
+                "--timestamps bpf times one connection: it cannot be combined with -P {} \
+                 (--timestamps socket times each flow)",
+                self.parallel
+            ));
+        }
         if self.exact_departures && self.parallel > 1 {
             return Err(format!(
                 "--exact-departures times one connection: it cannot be combined with -P {}",
@@ -588,9 +641,9 @@ impl SendArgs {
                 sndbuf: self.sndbuf,
                 congestion: self.cc,
                 errqueue_rcvbuf: self.errqueue_rcvbuf,
-                timestamps: !(self.no_timestamps || self.light),
+                timestamps: timestamps == Some(TimestampSource::Socket),
             },
-            timestamps: !(self.no_timestamps || self.light),
+            timestamps,
             write_log: !self.light,
             drain_timeout: self.drain_timeout,
             connect_timeout: self.connect_timeout,
@@ -640,7 +693,7 @@ mod tests {
         assert_eq!(c.write_size, 65_536);
         assert_eq!(c.limits.time, Some(Duration::from_secs(10)));
         assert_eq!(c.interval, Duration::from_secs(1));
-        assert!(c.timestamps);
+        assert_eq!(c.timestamps, Some(TimestampSource::Socket));
         assert_eq!(c.epoll, EpollMode::Level);
         assert_eq!(c.options.sndbuf, None);
     }

@@ -31,6 +31,26 @@ impl EpollMode {
     }
 }
 
+/// Where each write's TX reports come from (`--timestamps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampSource {
+    /// SO_TIMESTAMPING: every report an skb clone on the socket's error queue, read with a
+    /// system call, and each one wakes the loop (EPOLLERR).
+    Socket,
+    /// BPF TX timestamping (Linux 6.15+): the same three times given to a sock_ops program,
+    /// read from its ring buffer when the loop wakes anyway (root, cgroup v2).
+    Bpf,
+}
+
+impl TimestampSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            TimestampSource::Socket => "socket",
+            TimestampSource::Bpf => "bpf",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct SendConfig {
     pub peer: SocketAddr,
@@ -46,7 +66,8 @@ pub struct SendConfig {
     pub options: SenderOptions,
     /// `--replenish-time` (None, or zero: no TCP_REPLENISH_TIME).
     pub replenish: Option<ReplenishConfig>,
-    pub timestamps: bool,
+    /// None: writes are not timed (`--timestamps off`).
+    pub timestamps: Option<TimestampSource>,
     /// writes.csv (off under `--light`).
     pub write_log: bool,
     /// None = computed from the backlog at the end of writing.
@@ -96,6 +117,8 @@ impl SendConfig {
     pub fn needs_bpf(&self) -> Option<&'static str> {
         if self.exact_departures {
             Some("--exact-departures")
+        } else if self.timestamps == Some(TimestampSource::Bpf) {
+            Some("--timestamps bpf")
         } else if self
             .replenish
             .as_ref()

@@ -1,6 +1,7 @@
 //! The BPF programs sbm-send starts beside its loop, before any socket exists (they act on
 //! the sockets created in their cgroup after them): `--replenish-impl bpf`'s sock_ops
-//! program, which the readiness gate reads, and `--exact-departures`' tracer.
+//! program, which the readiness gate reads, and the tracer's program on the connection
+//! (`--exact-departures`, `--timestamps bpf`).
 //!
 //! This is the one place sbm-send's code meets `crate::bpf`: the loop sees only the
 //! interfaces in [`super::run::Attached`]. A build without the `bpf` feature (no clang,
@@ -15,13 +16,14 @@ pub struct Programs {
     _replenish: Option<crate::bpf::replenish::BpfReplenish>,
 }
 
-/// Starts what `cfg` asks for (the exact departures time one connection: the command line
-/// refuses them with `-P`).
+/// Starts what `cfg` asks for (the tap times one connection: the command line refuses it
+/// with `-P`).
 #[cfg(feature = "bpf")]
 pub fn start(cfg: &SendConfig) -> Result<(Programs, Attached), String> {
-    use crate::bpf::departures::ExactDepartures;
     use crate::bpf::replenish::{BpfReplenish, Settings, SubMss, Wake};
+    use crate::bpf::send_tap::{SendTap, TapSettings};
     use crate::replenish::{ReplenishImpl, ThresholdTest};
+    use crate::send::config::TimestampSource;
     if cfg.needs_bpf().is_none() {
         return Ok((Programs { _replenish: None }, Attached::default()));
     }
@@ -52,24 +54,29 @@ pub fn start(cfg: &SendConfig) -> Result<(Programs, Attached), String> {
         Some(r) => Some(r.rule().map_err(|e| e.to_string())?),
         None => None,
     };
-    let departures: Option<Box<dyn crate::tstamp::departures::DepartureSource>> = if cfg
-        .exact_departures
-    {
-        // On the replenish program's cgroup when there is one: this process has
-        // joined it, and a process is in one cgroup.
-        let d = ExactDepartures::start(cfg.peer.port(), replenish.as_ref().map(|b| b.cgroup_fd()))
-            .map_err(|e| e.to_string())?;
-        Some(Box::new(d))
-    } else {
-        None
-    };
+    let bpf_timestamps = cfg.timestamps == Some(TimestampSource::Bpf);
+    let program_tap: Option<Box<dyn crate::tstamp::tap::ProgramTap>> =
+        if cfg.exact_departures || bpf_timestamps {
+            let settings = TapSettings {
+                port: cfg.peer.port(),
+                departures: cfg.exact_departures,
+                timestamps: bpf_timestamps,
+            };
+            // On the replenish program's cgroup when there is one: this process has
+            // joined it, and a process is in one cgroup.
+            let tap = SendTap::start(settings, replenish.as_ref().map(|b| b.cgroup_fd()))
+                .map_err(|e| e.to_string())?;
+            Some(Box::new(tap))
+        } else {
+            None
+        };
     Ok((
         Programs {
             _replenish: replenish,
         },
         Attached {
             rule,
-            departures,
+            program_tap,
             connected: None,
         },
     ))

@@ -172,6 +172,7 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
         &TraceSettings {
             port: cfg.port,
             timestamping: cfg.timestamping,
+            per_packet: true,
             congestion: cfg.congestion.clone(),
         },
         cgroup.fd(),

@@ -2,32 +2,11 @@
 //! each segment that raised the highest sequence number sent (BPF, `bpf/trace.bpf.c`). The
 //! first such segment whose end reaches a write's end carried its last byte; retransmissions
 //! never raise the highest sent, so they are not departures. Used by sbm-trace for every
-//! traced connection and by sbm-send's `--exact-departures`.
+//! traced connection and by sbm-send's `--exact-departures` (through `super::tap`).
 
 use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
-
-/// Where sbm-send's `--exact-departures` come from (the BPF tracer, `crate::bpf::departures`):
-/// the send loop tells it the writes and, when a write's row becomes final, asks for its
-/// departure. It is read when the loop reads its TX reports, never on a wakeup of its own:
-/// it must not wake the loop, or it could stand in for a readiness wakeup the kernel did
-/// not give.
-pub trait DepartureSource {
-    /// The first `n` bytes of the stream are not the measured writes' (the trip-times hello).
-    fn skip_bytes(&mut self, n: u64);
-    /// A measured write of `seq` ending at measured-stream offset `end`, at `write_ns`.
-    fn on_write(&mut self, seq: u64, end: u64, write_ns: u64);
-    /// Takes what has been queued so far, without waiting.
-    fn collect(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
-    /// The exact departure of write `seq`'s last byte, once.
-    fn take(&mut self, seq: u64) -> Option<u64>;
-    /// Whether the write ending at `end` had its TX reports carried by a later segment than
-    /// its last byte's (asked once per write, when its row becomes final).
-    fn take_displaced(&mut self, end: u64) -> bool;
-    /// What the source saw (summary.json `exact_departures`).
-    fn report(&self) -> ExactDepartureReport;
-}
 
 /// summary.json `exact_departures` (sbm-send --exact-departures).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]

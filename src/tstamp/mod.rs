@@ -5,6 +5,7 @@ pub mod cmsg;
 pub mod departures;
 pub mod ledger;
 pub mod sampler;
+pub mod tap;
 
 pub use cmsg::{parse_errqueue_control, ErrqueueMessage, RawReport};
 pub use ledger::{IssuedWrite, Stamp, StampState, TimedWrite, WriteLedger, WriteRecord};

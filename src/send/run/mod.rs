@@ -17,7 +17,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::signal::Signal;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::config::{EpollMode, SendConfig};
+use super::config::{EpollMode, SendConfig, TimestampSource};
 use super::output::Outputs;
 use super::trip::{self, Framer, MessageRecord};
 use crate::replenish::{self, Action, Gate, PolicyReport, SocketRule};
@@ -32,12 +32,12 @@ use crate::sockopt::{self, OptionReport, TimestampingMode};
 use crate::stats::LatencyHist;
 use crate::sys::{self, ErrqueueRecv, SysError};
 use crate::tcpinfo::TcpInfo;
-use crate::tstamp::departures::DepartureSource;
 use crate::tstamp::ledger::{ProvisionalSojourn, RunEnd};
 use crate::tstamp::sampler::{DepartureSampler, Sample};
+use crate::tstamp::tap::ProgramTap;
 use crate::tstamp::{
-    parse_errqueue_control, ErrqueueMessage, IssuedWrite, StampState, TimedWrite, WriteLedger,
-    WriteRecord,
+    parse_errqueue_control, ErrqueueMessage, IssuedWrite, RawReport, StampState, TimedWrite,
+    WriteLedger, WriteRecord,
 };
 use crate::{sysinfo, units};
 
@@ -115,8 +115,10 @@ enum LocalFailure {
         what: &'static str,
         source: nix::errno::Errno,
     },
-    #[error("exact departures: {0}")]
-    Departures(#[from] Box<dyn std::error::Error + Send + Sync>),
+    #[error("BPF program on the connection: {0}")]
+    Program(#[from] Box<dyn std::error::Error + Send + Sync>),
+    #[error("the kernel refused BPF TX timestamping on the connection (bpf_setsockopt SK_BPF_CB_FLAGS: {0}); --timestamps socket times writes without it")]
+    BpfTimestamping(nix::errno::Errno),
     #[error("loop ended without a reason")]
     NoReason,
 }
@@ -259,6 +261,9 @@ struct Sender<'a> {
     ledger: WriteLedger,
     buf: Vec<u8>,
     control: [u8; 512],
+    /// Reports taken from the BPF program, before the ledger takes them (kept for its
+    /// allocation).
+    program_reports: Vec<RawReport>,
     sojourns: Vec<ProvisionalSojourn>,
     done: Vec<TimedWrite>,
     t0: Instant,
@@ -296,8 +301,10 @@ struct Sender<'a> {
     /// The second departure estimator (snd_nxt samples).
     sampler: DepartureSampler,
     next_sample: Option<Instant>,
-    /// The third (`--exact-departures`): per-packet departures by BPF.
-    departures: Option<Box<dyn DepartureSource>>,
+    /// The BPF program on the connection: the third departure estimator
+    /// (`--exact-departures`: per-packet departures) and the TX reports of
+    /// `--timestamps bpf`.
+    program_tap: Option<Box<dyn ProgramTap>>,
     /// --trip-times: message framing, and what is known of each message.
     framer: Option<Framer>,
     messages: Vec<MessageRecord>,
@@ -382,7 +389,7 @@ impl<'a> Sender<'a> {
 
     fn on_socket_event(&mut self, flags: EpollFlags) -> Result<(), EndReason> {
         if flags.contains(EpollFlags::EPOLLERR) {
-            let drained = if self.cfg.timestamps {
+            let drained = if self.cfg.timestamps == Some(TimestampSource::Socket) {
                 self.drain_errqueue()?
             } else {
                 0
@@ -620,6 +627,13 @@ impl<'a> Sender<'a> {
         loop {
             let now = self.elapsed();
             self.turn = now;
+            // The program's reports, on a turn the loop took for its own reasons.
+            if self.cfg.timestamps == Some(TimestampSource::Bpf) {
+                if let Err(reason) = self.take_program_reports() {
+                    self.fail(reason);
+                    return drain;
+                }
+            }
             if self.phase == Phase::Writing {
                 if self.warmup_mark.is_none() && now >= self.cfg.warmup {
                     if let Ok(info) = self.tcp_info() {
@@ -659,7 +673,7 @@ impl<'a> Sender<'a> {
                 // With reports: until every write has its final ones. Without: until the
                 // socket has sent its backlog, so that the run ends with a graceful close
                 // and the exchange with the sink rather than a reset.
-                let waiting = if self.cfg.timestamps {
+                let waiting = if self.cfg.timestamps.is_some() {
                     self.ledger.pending_len() > 0
                 } else {
                     sys::outq_notsent(self.sock.as_fd()).is_ok_and(|n| n > 0)
@@ -801,8 +815,9 @@ impl<'a> Sender<'a> {
         }
         if let Some(d) = drain_deadline {
             next = next.min(d.saturating_duration_since(Instant::now()));
-            // Nothing reports the backlog leaving without timestamps: look again soon.
-            if !self.cfg.timestamps {
+            // Nothing wakes the loop when the backlog leaves without socket timestamps
+            // (none, or the program's, read only when the loop wakes): look again soon.
+            if self.cfg.timestamps != Some(TimestampSource::Socket) {
                 next = next.min(Duration::from_millis(1));
             }
         }
@@ -813,12 +828,13 @@ impl<'a> Sender<'a> {
 
 /// What the caller started beside the loop before the socket existed (both act on the
 /// sockets created after them): the BPF replenish program that `--replenish-impl bpf`
-/// reads, and the source of `--exact-departures`; or the connection itself, when the
+/// reads, and the tap of `--exact-departures` and `--timestamps bpf`; or the connection
+/// itself, when the
 /// receiver opened it (`-R`: sbm-sink sends on a socket it accepted).
 #[derive(Default)]
 pub struct Attached {
     pub rule: Option<Arc<dyn SocketRule>>,
-    pub departures: Option<Box<dyn DepartureSource>>,
+    pub program_tap: Option<Box<dyn ProgramTap>>,
     pub connected: Option<Socket>,
 }
 
@@ -853,7 +869,7 @@ pub fn run_with_stop(
 ) -> Result<SendOutcome, SetupError> {
     let Attached {
         rule,
-        mut departures,
+        mut program_tap,
         connected,
     } = attached;
     let out = Outputs::create(cfg.out_dir.as_deref(), cfg.write_log)?;
@@ -868,10 +884,11 @@ pub fn run_with_stop(
     } else {
         0
     };
-    if let Some(d) = &mut departures {
+    if let Some(d) = &mut program_tap {
         d.skip_bytes(hello_len);
     }
-    let timestamping: Option<TimestampingMode> = if cfg.timestamps {
+    let timestamping: Option<TimestampingMode> = if cfg.timestamps == Some(TimestampSource::Socket)
+    {
         Some(sockopt::enable_tx_timestamps(sock.as_fd())?)
     } else {
         None
@@ -980,6 +997,7 @@ pub fn run_with_stop(
             .map(|i| (i % 251) as u8)
             .collect(),
         control: [0; 512],
+        program_reports: vec![],
         sojourns: Vec::with_capacity(1024),
         done: Vec::with_capacity(1024),
         t0: Instant::now(),
@@ -1004,7 +1022,7 @@ pub fn run_with_stop(
         prev_sched_ns: None,
         sampler: DepartureSampler::new(),
         next_sample: None,
-        departures,
+        program_tap,
         framer: cfg.trip_times.then(|| Framer::new(cfg.write_size)),
         messages: vec![],
         paced: cfg.paced_start.map(paced_start::PacedStart::new),

@@ -18,11 +18,14 @@ pub(super) struct RunAbout {
 impl Sender<'_> {
     /// Final drain, attribution of everything pending, summary and exit status.
     pub(super) fn finish(mut self, mut drain: DrainReport, about: RunAbout) -> SendOutcome {
-        if self.cfg.timestamps {
-            if let Err(e) = self.drain_errqueue() {
-                self.warnings
-                    .push(format!("final error-queue drain failed: {e:?}"));
-            }
+        let last = match self.cfg.timestamps {
+            Some(TimestampSource::Socket) => self.drain_errqueue().err(),
+            Some(TimestampSource::Bpf) => self.take_program_reports().err(),
+            None => None,
+        };
+        if let Some(e) = last {
+            self.warnings
+                .push(format!("final read of the TX reports failed: {e:?}"));
         }
         if let Some(mut trace) = self.rule_trace.take() {
             match trace.finish() {
@@ -38,15 +41,15 @@ impl Sender<'_> {
         let info = self.tcp_info().ok();
         drain.notsent_at_end = notsent;
         drain.pending_writes = self.ledger.pending_len() as u64;
-        if self.cfg.timestamps {
+        if self.cfg.timestamps.is_some() {
             let written = self.ledger.written();
             let acked = info.as_ref().map_or(0, |i| self.data_acked(i));
             let end = RunEnd {
                 sent_offset: written.saturating_sub(u64::from(notsent)),
                 acked_offset: acked,
             };
-            if let Err(e) = self.collect_departures() {
-                self.warnings.push(format!("exact departures: {e:?}"));
+            if let Err(e) = self.collect_from_program() {
+                self.warnings.push(format!("{e:?}"));
             }
             let mut done = std::mem::take(&mut self.done);
             self.ledger.finish(end, &mut done);
@@ -147,7 +150,8 @@ impl Sender<'_> {
                 epoll: cfg.epoll.name().into(),
                 burst: cfg.burst,
                 paced_start_s: cfg.paced_start.map(|d| d.as_secs_f64()),
-                timestamps: cfg.timestamps,
+                timestamps: cfg.timestamps.is_some(),
+                timestamp_source: cfg.timestamps.map(|t| t.name().into()),
                 drain_timeout_s: cfg.drain_timeout.map(|d| d.as_secs_f64()),
             },
             options: about.options,
@@ -162,7 +166,16 @@ impl Sender<'_> {
             sojourn_sampled: self.run.sampled.percentiles(),
             sampled_error: self.run.sampled_error.percentiles(),
             sojourn_depart: self.run.depart.percentiles(),
-            exact_departures: self.departures.as_ref().map(|d| d.report()),
+            exact_departures: self
+                .program_tap
+                .as_ref()
+                .filter(|_| cfg.exact_departures)
+                .map(|d| d.report()),
+            bpf_timestamps: self
+                .program_tap
+                .as_ref()
+                .filter(|_| cfg.timestamps == Some(TimestampSource::Bpf))
+                .map(|d| d.timestamps_report()),
             sampling: SamplingReport {
                 interval_us: if self.sampling() {
                     cfg.sample_interval.as_micros() as u64
@@ -275,15 +288,14 @@ pub(super) fn print_banner(
         })
         .collect();
     crate::say!("{tag}options: {}", opts.join(", "));
-    match ts {
-        Some(t) => crate::say!(
-            "{tag}timestamps: SCHED+SND+ACK per write, keyed by byte offset ({})",
+    match (cfg.timestamps, ts) {
+        (Some(TimestampSource::Socket), Some(t)) => crate::say!(
+            "{tag}timestamps: SCHED+SND+ACK per write from the error queue, keyed by byte offset ({})",
             if t.opt_id_tcp { "OPT_ID_TCP" } else { "OPT_ID" }
         ),
-        None => {
-            crate::say!(
-                "{tag}timestamps: off (--no-timestamps or --light): sojourn is not measured"
-            )
-        }
+        (Some(TimestampSource::Bpf), _) => crate::say!(
+            "{tag}timestamps: SCHED+SND+ACK per write from a BPF program (BPF TX timestamping), keyed by byte offset, read when the loop wakes anyway"
+        ),
+        _ => crate::say!("{tag}timestamps: off (--timestamps off, --no-timestamps or --light): sojourn is not measured"),
     }
 }

@@ -5,7 +5,7 @@ use super::*;
 
 impl Sender<'_> {
     pub(super) fn sampling(&self) -> bool {
-        self.cfg.timestamps && !self.cfg.sample_interval.is_zero()
+        self.cfg.timestamps.is_some() && !self.cfg.sample_interval.is_zero()
     }
 
     /// Reads notsent between two clock readings; with sampling on it is a sample of
@@ -40,10 +40,10 @@ impl Sender<'_> {
     pub(super) fn finish_row(&mut self, w: &TimedWrite) -> Result<(), EndReason> {
         let mut w = *w;
         let displaced = self
-            .departures
+            .program_tap
             .as_mut()
             .is_some_and(|d| d.take_displaced(w.write.end_offset));
-        let exact_departure = self.departures.as_mut().and_then(|d| d.take(w.write.seq));
+        let exact_departure = self.program_tap.as_mut().and_then(|d| d.take(w.write.seq));
         w.settle_with_departure(displaced, exact_departure);
         let w = &w;
         let warmup = w.write.write_ns < self.warmup_end_ns;
@@ -118,16 +118,17 @@ impl Sender<'_> {
             .map_err(EndReason::local)
     }
 
-    /// Takes the per-packet departures queued so far (`--exact-departures`): before rows
-    /// become final, never on a wakeup of their own.
-    pub(super) fn collect_departures(&mut self) -> Result<(), EndReason> {
-        match &mut self.departures {
+    /// Takes what the BPF program queued so far (`--exact-departures`, `--timestamps bpf`):
+    /// before rows become final, never on a wakeup of its own.
+    pub(super) fn collect_from_program(&mut self) -> Result<(), EndReason> {
+        match &mut self.program_tap {
             Some(d) => d.collect().map_err(EndReason::local),
             None => Ok(()),
         }
     }
 
-    /// Reads the error queue until it is empty. Returns how many messages it read.
+    /// Reads the error queue until it is empty (`--timestamps socket`). Returns how many
+    /// messages it read.
     pub(super) fn drain_errqueue(&mut self) -> Result<usize, EndReason> {
         let mut n = 0;
         loop {
@@ -150,6 +151,37 @@ impl Sender<'_> {
                 Err(e) => return Err(EndReason::local(e)),
             }
         }
+        self.settle_reports(n)?;
+        Ok(n)
+    }
+
+    /// Takes the TX reports the BPF program has queued (`--timestamps bpf`): called on
+    /// every turn of the loop, which wakes for its own reasons (the program never wakes
+    /// it). Returns how many it took.
+    pub(super) fn take_program_reports(&mut self) -> Result<usize, EndReason> {
+        let Some(tap) = &mut self.program_tap else {
+            return Ok(0);
+        };
+        tap.collect().map_err(EndReason::local)?;
+        if let Some(err) = tap.timestamping_error() {
+            return Err(EndReason::LocalError(LocalFailure::BpfTimestamping(
+                nix::errno::Errno::from_raw(-err),
+            )));
+        }
+        let mut reports = std::mem::take(&mut self.program_reports);
+        tap.take_reports(&mut reports);
+        let n = reports.len();
+        for r in reports.drain(..) {
+            self.ledger.on_report(r, &mut self.sojourns, &mut self.done);
+        }
+        self.program_reports = reports;
+        self.settle_reports(n)?;
+        Ok(n)
+    }
+
+    /// After `n` reports: the interval's provisional sojourns, and the rows that became
+    /// final.
+    fn settle_reports(&mut self, n: usize) -> Result<(), EndReason> {
         // A sample after reading the reports and before finishing rows: every byte an ACK
         // report covers had left before the report was read, so the sample sees it gone.
         if n > 0 && self.sampling() && self.sampler.pending() > 0 {
@@ -160,7 +192,7 @@ impl Sender<'_> {
             self.interval.exact_reports += u64::from(s.exact);
         }
         if !self.done.is_empty() {
-            self.collect_departures()?;
+            self.collect_from_program()?;
         }
         let done = std::mem::take(&mut self.done);
         for w in &done {
@@ -168,6 +200,6 @@ impl Sender<'_> {
         }
         self.done = done;
         self.done.clear();
-        Ok(n)
+        Ok(())
     }
 }

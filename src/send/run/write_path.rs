@@ -119,7 +119,7 @@ impl Sender<'_> {
                 // The backlog after the write (and, with sampling, a snd_nxt sample); not
                 // read in the lean --no-timestamps mode, which exists to be compared with
                 // iperf.
-                let notsent_after = if self.cfg.timestamps {
+                let notsent_after = if self.cfg.timestamps.is_some() {
                     Some(self.sample_now(written_after)?)
                 } else {
                     None
@@ -159,16 +159,16 @@ impl Sender<'_> {
     /// if nothing does, writes are timed by the loop's turn (see [`Sender::turn`]).
     fn keeps_write_times(&self) -> bool {
         self.cfg.write_log
-            || self.cfg.timestamps
-            || self.departures.is_some()
+            || self.cfg.timestamps.is_some()
+            || self.program_tap.is_some()
             || self.framer.is_some()
             || self.frame_log.is_some()
     }
 
     pub(super) fn record(&mut self, issued: IssuedWrite) -> Result<(), EndReason> {
-        if self.cfg.timestamps {
+        if self.cfg.timestamps.is_some() {
             let w = self.ledger.record_write(issued);
-            if let Some(d) = &mut self.departures {
+            if let Some(d) = &mut self.program_tap {
                 d.on_write(w.seq, w.end_offset, w.write_ns);
             }
             Ok(())

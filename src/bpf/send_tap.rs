@@ -1,0 +1,203 @@
+//! The tracer's program (`bpf/trace.bpf.c`) on sbm-send's own connection: the exact
+//! departure of every write's last byte (`--exact-departures`, per-packet callbacks) and
+//! each write's SCHED/SND/ACK reports (`--timestamps bpf`, BPF TX timestamping), on the
+//! cgroup sbm-send's socket is created in, its events matched to sbm-send's own writes by
+//! stream offset.
+//!
+//! The ring buffer is read when the loop wakes anyway (and at the end), never on a wakeup
+//! of its own (`crate::tstamp::tap`). Reading it is no system call: the ring is shared
+//! memory. A row becomes final at its ACK report, long after its last byte left, so its
+//! departure is there by then.
+
+use std::collections::HashSet;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use super::cgroup::FreshCgroup;
+use super::trace::{EventKind, TraceEvent, TraceSettings, Tracer};
+use super::{require_root, BpfError};
+use crate::clock::MonoToReal;
+use crate::tstamp::departures::{unwrap_near, Departed, DepartureLedger, ExactDepartureReport};
+use crate::tstamp::tap::{BpfTimestampsReport, ProgramTap};
+use crate::tstamp::{RawReport, TxKind};
+
+/// What the tap is started for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapSettings {
+    /// The sink's port: the connection to it is the one tapped.
+    pub port: u16,
+    /// Per-packet departures (`--exact-departures`).
+    pub departures: bool,
+    /// BPF TX timestamping (`--timestamps bpf`).
+    pub timestamps: bool,
+}
+
+pub struct SendTap {
+    // Drop order: detach the program, then leave and remove our cgroup (if it is ours).
+    tracer: Tracer,
+    _cgroup: Option<FreshCgroup>,
+    clock: MonoToReal,
+    /// The tapped connection (its socket cookie) and its first data sequence number, from
+    /// the first connection established after the program was attached.
+    conn: Option<(u64, u32)>,
+    /// Bytes sent before the measured stream (the trip-times hello): offsets start after.
+    skip: u64,
+    /// The measured stream's end so far (the writes sbm-send told the tap of).
+    written: u64,
+    ledger: DepartureLedger,
+    scratch: Vec<Departed>,
+    /// End offsets of writes whose TX reports a later segment than their last byte's
+    /// carries (the program saw the request leave without its key byte).
+    displaced: HashSet<u64>,
+    reports: Vec<RawReport>,
+    timestamps: BpfTimestampsReport,
+    timestamping_error: Option<i32>,
+}
+
+impl SendTap {
+    /// Attaches the program for connections to `settings.port`: to `cgroup` (the BPF
+    /// replenish program's, which this process has joined), or to a fresh cgroup this
+    /// process then joins. Call before the socket exists.
+    pub fn start(
+        settings: TapSettings,
+        cgroup: Option<BorrowedFd<'_>>,
+    ) -> Result<SendTap, BpfError> {
+        require_root()?;
+        let trace = TraceSettings {
+            port: Some(settings.port),
+            timestamping: settings.timestamps,
+            per_packet: settings.departures,
+            congestion: None,
+        };
+        let (tracer, own) = match cgroup {
+            Some(fd) => (Tracer::attach(&trace, fd)?, None),
+            None => {
+                let mut c = FreshCgroup::create("sbm-send")?;
+                let tracer = Tracer::attach(&trace, c.as_fd())?;
+                // Attached first, joined second: the socket created next is tapped.
+                c.join_self()?;
+                (tracer, Some(c))
+            }
+        };
+        Ok(SendTap {
+            tracer,
+            _cgroup: own,
+            clock: MonoToReal::now(),
+            conn: None,
+            skip: 0,
+            written: 0,
+            ledger: DepartureLedger::new(),
+            scratch: vec![],
+            displaced: HashSet::new(),
+            reports: vec![],
+            timestamps: BpfTimestampsReport::default(),
+            timestamping_error: None,
+        })
+    }
+
+    /// The measured-stream offset of a raw sequence number near `near` (an offset), or
+    /// None for a byte of the hello before the measured stream.
+    fn offset(&self, base: u32, seq: u32, near: u64) -> Option<u64> {
+        unwrap_near(seq.wrapping_sub(base), near + self.skip).checked_sub(self.skip)
+    }
+
+    fn on_event(&mut self, ev: TraceEvent) {
+        let base = match self.conn {
+            None if ev.kind == EventKind::Established => {
+                self.conn = Some((ev.cookie, ev.seq));
+                return;
+            }
+            Some((cookie, base)) if cookie == ev.cookie => base,
+            // Before the connection, or another connection to the same port.
+            _ => return,
+        };
+        match ev.kind {
+            EventKind::Depart => {
+                let Some(end) = self.offset(base, ev.seq, self.ledger.sent()) else {
+                    return;
+                };
+                let t = self.clock.real_ns(ev.mono_ns);
+                self.ledger.on_departure(end, t, &mut self.scratch);
+                self.scratch.clear();
+            }
+            EventKind::Displaced => {
+                if let Some(key) = self.offset(base, ev.seq, self.written) {
+                    self.displaced.insert(key + 1);
+                }
+            }
+            EventKind::Sched | EventKind::Snd | EventKind::Ack => {
+                let kind = match ev.kind {
+                    EventKind::Sched => TxKind::Sched,
+                    EventKind::Snd => TxKind::Snd,
+                    _ => TxKind::Ack,
+                };
+                // The key is the write's last byte: a write not yet told of is at most
+                // one write ahead, so `written` is near.
+                match self.offset(base, ev.seq, self.written) {
+                    Some(key) => {
+                        self.timestamps.reports += 1;
+                        self.reports.push(RawReport {
+                            kind,
+                            key: key as u32,
+                            time_ns: self.clock.real_ns(ev.mono_ns),
+                        });
+                    }
+                    None => self.timestamps.before_stream += 1,
+                }
+            }
+            EventKind::NoTimestamping => self.timestamping_error = Some(ev.aux),
+            EventKind::Established | EventKind::Write | EventKind::Closed => {}
+        }
+    }
+}
+
+impl ProgramTap for SendTap {
+    fn skip_bytes(&mut self, n: u64) {
+        self.skip = n;
+    }
+
+    fn on_write(&mut self, seq: u64, end: u64, write_ns: u64) {
+        self.written = self.written.max(end);
+        let _ = self.ledger.on_write(seq, end, write_ns);
+    }
+
+    fn collect(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        for ev in self.tracer.take_queued()? {
+            self.on_event(ev);
+        }
+        Ok(())
+    }
+
+    fn take_reports(&mut self, out: &mut Vec<RawReport>) {
+        out.append(&mut self.reports);
+    }
+
+    fn timestamping_error(&self) -> Option<i32> {
+        self.timestamping_error
+    }
+
+    fn take(&mut self, seq: u64) -> Option<u64> {
+        self.ledger.take(seq)
+    }
+
+    fn take_displaced(&mut self, end: u64) -> bool {
+        self.displaced.remove(&end)
+    }
+
+    fn report(&self) -> ExactDepartureReport {
+        let (lost, malformed) = self.tracer.lost();
+        ExactDepartureReport {
+            departures: self.ledger.departures,
+            events_lost: lost,
+            events_malformed: malformed,
+        }
+    }
+
+    fn timestamps_report(&self) -> BpfTimestampsReport {
+        let (lost, malformed) = self.tracer.lost();
+        BpfTimestampsReport {
+            events_lost: lost,
+            events_malformed: malformed,
+            ..self.timestamps
+        }
+    }
+}
