@@ -71,11 +71,18 @@ extern void *bpf_rdonly_cast(const void *, __u32) __ksym;
 extern int bpf_sock_ops_enable_tx_tstamp(struct bpf_sock_ops_kern *skops,
 					 __u64 flags) __ksym __weak;
 
+/* The reader reads the ring on its own schedule (sbm-send's loop on its turns, sbm-trace
+ * every poll interval): no event wakes it. A wakeup is irq_work's self-interrupt in the
+ * sending task, an APIC write that took a third of a VM's sender CPU (measured, perf). */
+#define SBM_NO_WAKEUP 1
+/* The reader records its writes itself (sbm-send): no write events. */
+#define SBM_NO_WRITES 2
+
 struct sbm_trace_config {
 	__u16 port;		/* 0: every connection; else only this local or remote port */
 	__u16 timestamping;	/* 1: BPF TX timestamping (needs 6.15+) */
 	__u16 per_packet;	/* 1: a departure per segment (the header-option callback) */
-	__u16 pad;
+	__u16 flags;		/* SBM_NO_WAKEUP, SBM_NO_WRITES */
 	char cc[16];		/* "": leave it; else each connection's congestion control */
 };
 
@@ -141,8 +148,8 @@ struct {
 	__type(value, __u64);
 } sbm_lost SEC(".maps");
 
-static __always_inline int emit(struct bpf_sock_ops *skops, struct bpf_sock *sk, __u32 kind,
-				__u32 seq, __s32 aux)
+static __always_inline int emit(const struct sbm_trace_config *cfg, struct bpf_sock_ops *skops,
+				struct bpf_sock *sk, __u32 kind, __u32 seq, __s32 aux)
 {
 	struct tcp_sock___sbm *tp = (struct tcp_sock___sbm *)bpf_skc_to_tcp_sock(sk);
 	struct sbm_event *e = bpf_ringbuf_reserve(&sbm_events, sizeof(*e), 0);
@@ -180,7 +187,7 @@ static __always_inline int emit(struct bpf_sock_ops *skops, struct bpf_sock *sk,
 		e->local_ip[0] = skops->local_ip4;
 		e->remote_ip[0] = skops->remote_ip4;
 	}
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, (cfg->flags & SBM_NO_WAKEUP) ? BPF_RB_NO_WAKEUP : 0);
 	return 0;
 }
 
@@ -239,7 +246,7 @@ int sbm_trace(struct bpf_sock_ops *skops)
 			err = bpf_setsockopt(skops, SBM_SOL_TCP, SBM_TCP_CONGESTION, cc,
 					     sizeof(cc));
 		}
-		emit(skops, sk, EV_ESTABLISHED, skops->snd_nxt, err);
+		emit(cfg, skops, sk, EV_ESTABLISHED, skops->snd_nxt, err);
 		/* The header-option callback runs for every outgoing segment: only when its
 		 * departures are asked for (sbm-send's BPF timestamps alone do not need it). */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
@@ -251,7 +258,7 @@ int sbm_trace(struct bpf_sock_ops *skops)
 			err = bpf_setsockopt(skops, SOL_SOCKET, SBM_SK_BPF_CB_FLAGS, &flag,
 					     sizeof(flag));
 			if (err)
-				emit(skops, sk, EV_NO_TSTAMP, 0, err);
+				emit(cfg, skops, sk, EV_NO_TSTAMP, 0, err);
 		}
 		break;
 	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
@@ -271,11 +278,11 @@ int sbm_trace(struct bpf_sock_ops *skops)
 		key = shinfo->tskey;
 		if ((shinfo->tx_flags & SBM_SKBTX_SW_STAMPS) && end_seq != seq &&
 		    key - seq >= end_seq - seq)
-			emit(skops, sk, EV_DISPLACED, key, (__s32)(seq - key));
+			emit(cfg, skops, sk, EV_DISPLACED, key, (__s32)(seq - key));
 		if (end_seq == seq || (__s32)(end_seq - c->max_end) <= 0)
 			return 1;
 		c->max_end = end_seq;
-		emit(skops, sk, EV_DEPART, end_seq, 0);
+		emit(cfg, skops, sk, EV_DEPART, end_seq, 0);
 		break;
 	case SBM_TSTAMP_SENDMSG_CB:
 		if (!bpf_sock_ops_enable_tx_tstamp)
@@ -288,7 +295,8 @@ int sbm_trace(struct bpf_sock_ops *skops)
 			return 1;
 		bpf_sock_ops_enable_tx_tstamp(
 			(struct bpf_sock_ops_kern *)bpf_cast_to_kern_ctx(skops), 0);
-		emit(skops, sk, EV_WRITE, skb_tskey(skb) + 1, 0);
+		if (!(cfg->flags & SBM_NO_WRITES))
+			emit(cfg, skops, sk, EV_WRITE, skb_tskey(skb) + 1, 0);
 		break;
 	case SBM_TSTAMP_SCHED_CB:
 	case SBM_TSTAMP_SND_SW_CB:
@@ -299,7 +307,7 @@ int sbm_trace(struct bpf_sock_ops *skops)
 		skb = callback_skb(skops);
 		if (!skb)
 			return 1;
-		emit(skops, sk,
+		emit(cfg, skops, sk,
 		     skops->op == SBM_TSTAMP_SCHED_CB ? EV_SCHED :
 		     skops->op == SBM_TSTAMP_SND_SW_CB ? EV_SND : EV_ACK,
 		     skb_tskey(skb), 0);
@@ -310,7 +318,7 @@ int sbm_trace(struct bpf_sock_ops *skops)
 			return 1;
 		c = bpf_sk_storage_get(&sbm_conns, sk, 0, 0);
 		if (c)
-			emit(skops, sk, EV_CLOSED, skops->snd_nxt, 0);
+			emit(cfg, skops, sk, EV_CLOSED, skops->snd_nxt, 0);
 		break;
 	}
 	return 1;

@@ -51,9 +51,28 @@ fn bench_smoke_measures_and_reports_every_part() {
         );
     }
     if nix::unistd::geteuid().is_root() {
+        // The same writes timed by BPF (--timestamps bpf): a loopback row, and every report
+        // under stress.
+        let runs = json["loopback"]["sbm --timestamps bpf (CSV)"]
+            .as_array()
+            .expect("no --timestamps bpf runs");
+        assert!(runs
+            .iter()
+            .all(|r| r["goodput_bps"].as_f64().unwrap() > 1e8));
+        for size in ["512B bpf", "4KiB bpf"] {
+            let s = &json["stress"][size];
+            assert!(s["writes"].as_u64().unwrap() > 0, "{s}");
+            assert_eq!(
+                s["missing"].as_u64(),
+                Some(0),
+                "reports lost at {size}: {s}"
+            );
+        }
         for rate in ["2mbit", "86mbit"] {
             let v = &json["validity"][rate];
-            assert_eq!(v["runs"].as_array().unwrap().len(), 3, "{v}");
+            // on, off, on, and bpf (--timestamps bpf).
+            assert_eq!(v["runs"].as_array().unwrap().len(), 4, "{v}");
+            assert!(v["goodput_on_bpf"].as_f64().is_some(), "{v}");
             assert!(v["cadence_on_on"].as_f64().is_some(), "{v}");
             // The instrument must not change what it measures: goodput with timestamps on
             // and off agree within a bound wide enough for a short run's noise (the
@@ -70,6 +89,17 @@ fn bench_smoke_measures_and_reports_every_part() {
         let small = &json["validity"]["86mbit"]["small_writes"];
         assert_eq!(small["missing"].as_u64(), Some(0), "{small}");
     }
+    // 512 B NODELAY writes against iperf3's, every sbm write timed and reported.
+    let small = &json["small_writes"];
+    for (tool, runs) in small.as_object().expect("small_writes").iter() {
+        for r in runs.as_array().unwrap() {
+            assert!(r["writes_per_s"].as_f64().unwrap() > 1000.0, "{tool}: {r}");
+            if tool != "iperf3" {
+                assert_eq!(r["missing"].as_u64(), Some(0), "{tool}: {r}");
+            }
+        }
+    }
+    assert!(small["iperf3"].is_array() && small["sbm --timestamps socket"].is_array());
     assert_eq!(json["loopback_placement"], "pinned", "--smoke runs pinned");
     // The exact commands, with the run's ports and scratch directories as placeholders.
     let commands: Vec<&str> = json["commands"]

@@ -49,6 +49,8 @@ pub struct SendTap {
     /// carries (the program saw the request leave without its key byte).
     displaced: HashSet<u64>,
     reports: Vec<RawReport>,
+    /// The events of one read, kept for its allocation.
+    events: Vec<TraceEvent>,
     timestamps: BpfTimestampsReport,
     timestamping_error: Option<i32>,
 }
@@ -66,6 +68,8 @@ impl SendTap {
             port: Some(settings.port),
             timestamping: settings.timestamps,
             per_packet: settings.departures,
+            wake_reader: false,
+            write_events: false,
             congestion: None,
         };
         let (tracer, own) = match cgroup {
@@ -89,6 +93,7 @@ impl SendTap {
             scratch: vec![],
             displaced: HashSet::new(),
             reports: vec![],
+            events: vec![],
             timestamps: BpfTimestampsReport::default(),
             timestamping_error: None,
         })
@@ -161,9 +166,12 @@ impl ProgramTap for SendTap {
     }
 
     fn collect(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        for ev in self.tracer.take_queued()? {
+        let mut events = std::mem::take(&mut self.events);
+        self.tracer.take_queued(&mut events)?;
+        for ev in events.drain(..) {
             self.on_event(ev);
         }
+        self.events = events;
         Ok(())
     }
 

@@ -18,6 +18,9 @@ const PROGRAM: &str = "sbm_trace";
 const CONFIG_MAP: &str = "sbm_trace_config";
 const EVENTS_MAP: &str = "sbm_events";
 const LOST_MAP: &str = "sbm_lost";
+/// `sbm_trace_config.flags`.
+const NO_WAKEUP: u16 = 1;
+const NO_WRITES: u16 = 2;
 /// `struct sbm_event`, padded to its 8-byte alignment.
 const EVENT_LEN: usize = 80;
 
@@ -31,6 +34,13 @@ pub struct TraceSettings {
     /// A departure event per segment that raised the highest sequence sent (a callback per
     /// outgoing segment: the costly part).
     pub per_packet: bool,
+    /// Events wake a reader waiting in [`Tracer::poll`]. Off, the reader finds them when it
+    /// reads on its own schedule (sbm-send's loop on its turns, sbm-trace each poll
+    /// interval): a wakeup is an interrupt in the sending task, which cost a third of the
+    /// sender's CPU in a VM (perf: irq_work's APIC write under bpf_ringbuf_submit).
+    pub wake_reader: bool,
+    /// A write event per sendmsg() (sbm-send records its own writes: off).
+    pub write_events: bool,
     /// Set each traced connection's congestion control when it is established (an
     /// unmodified program chooses none; a namespace other than the host's may not make
     /// every algorithm its default). At most 15 bytes.
@@ -140,7 +150,9 @@ impl TraceSettings {
         b.extend_from_slice(&self.port.unwrap_or(0).to_ne_bytes());
         b.extend_from_slice(&u16::from(self.timestamping).to_ne_bytes());
         b.extend_from_slice(&u16::from(self.per_packet).to_ne_bytes());
-        b.extend_from_slice(&[0u8; 2]);
+        let flags = if self.wake_reader { 0 } else { NO_WAKEUP }
+            | if self.write_events { 0 } else { NO_WRITES };
+        b.extend_from_slice(&flags.to_ne_bytes());
         let mut cc = [0u8; 16];
         if let Some(name) = &self.congestion {
             let n = name.len().min(15);
@@ -200,22 +212,28 @@ impl Tracer {
         })
     }
 
-    /// Every event queued so far, in order, without waiting and without a system call (the
-    /// ring buffer is shared memory): for a loop that reads it when it wakes anyway.
-    pub fn take_queued(&self) -> Result<Vec<TraceEvent>, BpfError> {
+    /// Appends every event queued so far to `out`, in order, without waiting and without a
+    /// system call (the ring buffer is shared memory): for a loop that reads it on turns it
+    /// takes anyway.
+    pub fn take_queued(&self, out: &mut Vec<TraceEvent>) -> Result<(), BpfError> {
         self.ring.consume().map_err(|e| BpfError::Map {
             map: EVENTS_MAP,
             reason: e.to_string(),
         })?;
-        Ok(self.queue.borrow_mut().drain(..).collect())
+        out.extend(self.queue.borrow_mut().drain(..));
+        Ok(())
     }
 
-    /// Waits up to `timeout` for events and returns every one that arrived, in order.
+    /// Waits up to `timeout` for events (the whole of it when events do not wake the reader)
+    /// and returns every one queued by then, in order.
     pub fn poll(&self, timeout: Duration) -> Result<Vec<TraceEvent>, BpfError> {
-        self.ring.poll(timeout).map_err(|e| BpfError::Map {
+        let map_error = |e: libbpf_rs::Error| BpfError::Map {
             map: EVENTS_MAP,
             reason: e.to_string(),
-        })?;
+        };
+        // poll() reads only the rings whose wakeup came; consume() reads every one.
+        self.ring.poll(timeout).map_err(map_error)?;
+        self.ring.consume().map_err(map_error)?;
         Ok(self.queue.borrow_mut().drain(..).collect())
     }
 

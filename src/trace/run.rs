@@ -173,6 +173,10 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
             port: cfg.port,
             timestamping: cfg.timestamping,
             per_packet: true,
+            // Read every poll interval (50 ms): no event wakes sbm-trace, so none costs the
+            // traced program an interrupt.
+            wake_reader: false,
+            write_events: true,
             congestion: cfg.congestion.clone(),
         },
         cgroup.fd(),
