@@ -53,12 +53,17 @@ fn bench_smoke_measures_and_reports_every_part() {
     if nix::unistd::geteuid().is_root() {
         // The same writes timed by BPF (--timestamps bpf): a loopback row, and every report
         // under stress.
-        let runs = json["loopback"]["sbm --timestamps bpf (CSV)"]
-            .as_array()
-            .expect("no --timestamps bpf runs");
-        assert!(runs
-            .iter()
-            .all(|r| r["goodput_bps"].as_f64().unwrap() > 1e8));
+        for tool in ["sbm --timestamps bpf (CSV)", "iperf3 under sbm-trace"] {
+            let runs = json["loopback"][tool]
+                .as_array()
+                .unwrap_or_else(|| panic!("no {tool} runs"));
+            assert!(runs
+                .iter()
+                .all(|r| r["goodput_bps"].as_f64().unwrap() > 1e8));
+            // README.md's ratio to iperf3, as a number.
+            let ratio = &json["ratios"]["loopback"][tool]["goodput"]["median"];
+            assert!(ratio.as_f64().is_some_and(|x| x > 0.0), "{tool}: {ratio}");
+        }
         for size in ["512B bpf", "4KiB bpf"] {
             let s = &json["stress"][size];
             assert!(s["writes"].as_u64().unwrap() > 0, "{s}");
