@@ -642,7 +642,7 @@ fn sbm_sends_bpf_timestamps_time_every_write() {
     let _g = serial();
     require_root();
     let before = attached();
-    let bed = Bed::up("b", &["--rate", "2mbit", "--rtt", "40ms"]);
+    let bed = Bed::up("bt", &["--rate", "2mbit", "--rtt", "40ms"]);
     let timed = [
         "-t",
         "10s",

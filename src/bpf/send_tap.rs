@@ -35,6 +35,13 @@ pub struct SendTap {
     // Drop order: detach the program, then leave and remove our cgroup (if it is ours).
     tracer: Tracer,
     _cgroup: Option<FreshCgroup>,
+    /// The events of one read, kept for its allocation.
+    events: Vec<TraceEvent>,
+    state: TapState,
+}
+
+/// What the program's events say about sbm-send's connection, matched to its writes.
+struct TapState {
     clock: MonoToReal,
     /// The tapped connection (its socket cookie) and its first data sequence number, from
     /// the first connection established after the program was attached.
@@ -49,8 +56,6 @@ pub struct SendTap {
     /// carries (the program saw the request leave without its key byte).
     displaced: HashSet<u64>,
     reports: Vec<RawReport>,
-    /// The events of one read, kept for its allocation.
-    events: Vec<TraceEvent>,
     timestamps: BpfTimestampsReport,
     timestamping_error: Option<i32>,
 }
@@ -85,7 +90,16 @@ impl SendTap {
         Ok(SendTap {
             tracer,
             _cgroup: own,
-            clock: MonoToReal::now(),
+            events: vec![],
+            state: TapState::new(MonoToReal::now()),
+        })
+    }
+}
+
+impl TapState {
+    fn new(clock: MonoToReal) -> TapState {
+        TapState {
+            clock,
             conn: None,
             skip: 0,
             written: 0,
@@ -93,10 +107,9 @@ impl SendTap {
             scratch: vec![],
             displaced: HashSet::new(),
             reports: vec![],
-            events: vec![],
             timestamps: BpfTimestampsReport::default(),
             timestamping_error: None,
-        })
+        }
     }
 
     /// The measured-stream offset of a raw sequence number near `near` (an offset), or
@@ -157,44 +170,43 @@ impl SendTap {
 
 impl ProgramTap for SendTap {
     fn skip_bytes(&mut self, n: u64) {
-        self.skip = n;
+        self.state.skip = n;
     }
 
     fn on_write(&mut self, seq: u64, end: u64, write_ns: u64) {
-        self.written = self.written.max(end);
-        let _ = self.ledger.on_write(seq, end, write_ns);
+        let st = &mut self.state;
+        st.written = st.written.max(end);
+        let _ = st.ledger.on_write(seq, end, write_ns);
     }
 
     fn collect(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        let mut events = std::mem::take(&mut self.events);
-        self.tracer.take_queued(&mut events)?;
-        for ev in events.drain(..) {
-            self.on_event(ev);
+        self.tracer.take_queued(&mut self.events)?;
+        for ev in self.events.drain(..) {
+            self.state.on_event(ev);
         }
-        self.events = events;
         Ok(())
     }
 
     fn take_reports(&mut self, out: &mut Vec<RawReport>) {
-        out.append(&mut self.reports);
+        out.append(&mut self.state.reports);
     }
 
     fn timestamping_error(&self) -> Option<i32> {
-        self.timestamping_error
+        self.state.timestamping_error
     }
 
     fn take(&mut self, seq: u64) -> Option<u64> {
-        self.ledger.take(seq)
+        self.state.ledger.take(seq)
     }
 
     fn take_displaced(&mut self, end: u64) -> bool {
-        self.displaced.remove(&end)
+        self.state.displaced.remove(&end)
     }
 
     fn report(&self) -> ExactDepartureReport {
         let (lost, malformed) = self.tracer.lost();
         ExactDepartureReport {
-            departures: self.ledger.departures,
+            departures: self.state.ledger.departures,
             events_lost: lost,
             events_malformed: malformed,
         }
@@ -205,7 +217,72 @@ impl ProgramTap for SendTap {
         BpfTimestampsReport {
             events_lost: lost,
             events_malformed: malformed,
-            ..self.timestamps
+            ..self.state.timestamps
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(cookie: u64, kind: EventKind, seq: u32, mono_ns: u64) -> TraceEvent {
+        TraceEvent {
+            cookie,
+            mono_ns,
+            kind,
+            seq,
+            snd_nxt: 0,
+            snd_una: 0,
+            aux: 0,
+            local: None,
+            remote: None,
+        }
+    }
+
+    #[test]
+    fn reports_are_keyed_by_measured_stream_offset_for_the_tapped_connection_only() {
+        let mut st = TapState::new(MonoToReal { offset_ns: 1_000 });
+        // The first data byte is sequence number 0xFFFF_FF00: the stream wraps at 256 bytes.
+        let base = 0xFFFF_FF00u32;
+        st.on_event(event(7, EventKind::Established, base, 0));
+        st.skip = 100; // a 100-byte hello before the measured stream
+        st.written = 4096; // one measured write of 4096 bytes
+                           // The hello's own report: not a measured write's.
+        st.on_event(event(7, EventKind::Sched, base.wrapping_add(99), 10));
+        // The measured write's last byte: stream offset 100 + 4095, measured offset 4095.
+        st.on_event(event(7, EventKind::Sched, base.wrapping_add(4195), 20));
+        st.on_event(event(7, EventKind::Ack, base.wrapping_add(4195), 30));
+        // Another connection to the same port, and an event before any: ignored.
+        st.on_event(event(8, EventKind::Sched, base.wrapping_add(4195), 40));
+        assert_eq!(
+            st.reports,
+            vec![
+                RawReport {
+                    kind: TxKind::Sched,
+                    key: 4095,
+                    time_ns: 1_020
+                },
+                RawReport {
+                    kind: TxKind::Ack,
+                    key: 4095,
+                    time_ns: 1_030
+                },
+            ]
+        );
+        assert_eq!((st.timestamps.reports, st.timestamps.before_stream), (2, 1));
+        // The kernel refused BPF TX timestamping (-EOPNOTSUPP): said, not guessed around.
+        st.on_event(TraceEvent {
+            aux: -95,
+            ..event(7, EventKind::NoTimestamping, 0, 50)
+        });
+        assert_eq!(st.timestamping_error, Some(-95));
+    }
+
+    #[test]
+    fn no_event_counts_before_the_connection_is_established() {
+        let mut st = TapState::new(MonoToReal { offset_ns: 0 });
+        st.on_event(event(7, EventKind::Sched, 5, 1));
+        assert!(st.reports.is_empty() && st.conn.is_none());
     }
 }
