@@ -60,6 +60,17 @@ pub enum TimestampsArg {
     Off,
 }
 
+impl TimestampsArg {
+    /// The configuration's source (None: writes not timed).
+    fn source(self) -> Option<TimestampSource> {
+        match self {
+            TimestampsArg::Socket => Some(TimestampSource::Socket),
+            TimestampsArg::Bpf => Some(TimestampSource::Bpf),
+            TimestampsArg::Off => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EpollArg {
     /// Level-triggered: invited again as long as the socket is writable (default).
@@ -553,13 +564,12 @@ impl SendArgs {
                 ));
             }
         }
-        let timestamps = match self.timestamps {
-            _ if self.no_timestamps || self.light => None,
-            None | Some(TimestampsArg::Socket) => Some(TimestampSource::Socket),
-            Some(TimestampsArg::Bpf) => Some(TimestampSource::Bpf),
-            Some(TimestampsArg::Off) => None,
+        let timestamps = if self.no_timestamps || self.light {
+            None
+        } else {
+            self.timestamps.unwrap_or(TimestampsArg::Socket).source()
         };
-        if timestamps.is_none() && self.timestamps == Some(TimestampsArg::Off) {
+        if self.timestamps == Some(TimestampsArg::Off) {
             for (asked, flag) in [
                 (self.errqueue_rcvbuf.is_some(), "--errqueue-rcvbuf"),
                 (self.exact_departures, "--exact-departures"),
