@@ -540,6 +540,15 @@ fn traced_departures_agree_with_sbm_sends_own_reports_on_loopback() {
     );
     assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
     sink.stop();
+    // `--timestamps auto` stays in the traced cgroup: the error queue, and why.
+    let config = &read_json(&send_out.join("summary.json"))["config"];
+    assert_eq!(config["timestamp_source"], "socket", "{config}");
+    assert!(
+        config["timestamp_note"]
+            .as_str()
+            .is_some_and(|n| n.contains("run under sbm-trace")),
+        "{config}"
+    );
     compare_departures(&send_out, &trace_out, "loopback");
     assert_nothing_new(&before, "tracing");
 }
@@ -997,4 +1006,79 @@ client = ["scripts/unmodified/http-get", "http://{addr}:{port}/file", "{seconds}
         .collect();
     assert!(scratch.is_empty(), "{scratch:?}");
     assert_nothing_new(&before, "the cells");
+}
+
+/// `--timestamps auto`, the default: as root on this kernel (which has BPF TX timestamping)
+/// a lone run takes its times from the BPF program and says why; what the command line
+/// asks that only the error queue can give keeps socket, and says which flag; a source
+/// named is not second-guessed and carries no note; without root it is socket, said in
+/// the banner.
+#[test]
+fn sbm_send_chooses_bpf_timestamps_where_it_can() {
+    let _g = serial();
+    require_root();
+    let before = attached();
+    let bed = Bed::up("ta", &["--rate", "20mbit", "--rtt", "10ms"]);
+    let quick = ["-t", "2s", "-l", "16KiB"];
+
+    let (s, _out) = bed.transfer_to(&quick);
+    let c = &s["config"];
+    assert_eq!(c["timestamp_source"], "bpf", "{c}");
+    assert_eq!(
+        c["timestamp_note"], "auto: bpf (root, and the kernel has BPF TX timestamping)",
+        "{c}"
+    );
+    assert!(
+        s["timestamping"].is_null(),
+        "SO_TIMESTAMPING was enabled: {s}"
+    );
+    assert!(s["bpf_timestamps"]["reports"].as_u64().unwrap() > 0, "{s}");
+
+    let mut args = quick.to_vec();
+    args.extend(["--errqueue-rcvbuf", "4MiB"]);
+    let (s, _out) = bed.transfer_to(&args);
+    let c = &s["config"];
+    assert_eq!(c["timestamp_source"], "socket", "{c}");
+    let note = c["timestamp_note"].as_str().unwrap();
+    assert!(
+        note.starts_with("auto: socket (") && note.contains("--errqueue-rcvbuf"),
+        "{note}"
+    );
+    assert!(
+        s["bpf_timestamps"].is_null() && !s["timestamping"].is_null(),
+        "{s}"
+    );
+
+    let mut args = quick.to_vec();
+    args.extend(["--timestamps", "socket"]);
+    let (s, _out) = bed.transfer_to(&args);
+    assert_eq!(s["config"]["timestamp_source"], "socket", "{s}");
+    assert!(s["config"]["timestamp_note"].is_null(), "{s}");
+    drop(bed);
+    assert_nothing_new(&before, "--timestamps auto");
+
+    let sink = Sink::start("127.0.0.1:0", &["-q"]);
+    let send = bin("sbm-send");
+    let out = run_program(
+        "setpriv",
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            send.to_str().unwrap(),
+            "--connect",
+            &sink.addr,
+            "-t",
+            "1s",
+        ],
+        Duration::from_secs(30),
+    );
+    sink.stop();
+    assert_eq!(out.code(), Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains("timestamp source: auto: socket (not root: BPF programs need it)"),
+        "{}",
+        out.stdout
+    );
 }

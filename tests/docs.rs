@@ -225,9 +225,15 @@ fn the_readme_loopback_run_prints_what_the_readme_shows() {
     assert_eq!(send.code(), Some(0), "{}{}", send.stdout, send.stderr);
     assert_eq!(sink.code(), Some(0), "the sink's --once: {}", sink.stderr);
     assert!(out.join("summary.json").is_file() && out.join("writes.csv").is_file());
+    // The sample is a run as root on a kernel with BPF TX timestamping; elsewhere the default
+    // source is the error queue, whose run has no line counting the program's reports.
+    let mut expected = shapes(&sample);
+    if !send.stdout.contains("timestamp source: auto: bpf") {
+        expected.retain(|s| s != "reports");
+    }
     assert_eq!(
         shapes(&send.stdout),
-        shapes(&sample),
+        expected,
         "README's sample output is not what sbm-send prints now:\n{}",
         send.stdout
     );

@@ -3,6 +3,7 @@
 //!
 //! - [`cgroup`]: a fresh cgroup v2 directory that this process joins, so that a sock_ops
 //!   program acts on its sockets and no one else's.
+//! - [`probe`]: whether the kernel offers BPF TX timestamping, asked before choosing it.
 //! - [`replenish`]: TCP_REPLENISH_TIME on a stock kernel — a sock_ops program that keeps
 //!   each socket's TCP_NOTSENT_LOWAT at a multiple of drain rate × T.
 //! - [`send_tap`]: the tracer's program on sbm-send's own connection (`--exact-departures`,
@@ -14,6 +15,7 @@
 //! run, a signal, an error).
 
 pub mod cgroup;
+pub mod probe;
 pub mod replenish;
 pub mod send_tap;
 pub mod trace;

@@ -272,6 +272,9 @@ pub struct RunConfig {
     /// timestamping); absent when writes were not timed or before this field existed
     /// (then "socket").
     pub timestamp_source: Option<Cow<'static, str>>,
+    /// Why `--timestamps auto` (the default) chose the source ("auto: bpf (…)"); absent
+    /// when the command line named it.
+    pub timestamp_note: Option<String>,
     pub drain_timeout_s: Option<f64>,
 }
 

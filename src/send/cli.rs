@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use super::config::{EpollMode, Limits, SendConfig, TimestampSource};
+use super::config::{EpollMode, Limits, SendConfig, TimestampChoice, TimestampSource};
 use super::source::SourceSpec;
 use super::source_cli::SourceArgs;
 use crate::replenish::{self, ReplenishConfig, ReplenishImpl};
@@ -24,7 +24,7 @@ Examples:
   sbm-send --connect 198.18.2.1 -t 40s --replenish-time 15ms            # emulated unless patched
   sbm-send --connect 198.18.2.1 -l 4KiB --replenish-time 15ms --sub-mss-clause off   # report §6
   sbm-send -c 127.0.0.1 -t 5s -J -q | jq .sojourn_sampled    # the summary as JSON on stdout
-  sbm-send -c 198.18.2.1 -t 30s --timestamps bpf   # TX times from BPF: no error queue (root)
+  sbm-send -c 198.18.2.1 -t 30s --timestamps socket   # TX times from the error queue, not BPF
   sbm-send -c 198.18.0.2 -P 4 -t 30s --out /tmp/four            # four flows, SUM lines as iperf
   sbm-send -c 198.18.0.2 -R -t 10 --notsent-lowat 16KB   # the sink sends and measures (iperf's -R)
 
@@ -50,7 +50,11 @@ pub enum SubMssClause {
 /// `--timestamps`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TimestampsArg {
-    /// SO_TIMESTAMPING: the kernel's reports read from the socket's error queue (default).
+    /// bpf where it can run (root, a kernel with BPF TX timestamping, one connection that
+    /// sbm-send opens), socket otherwise; the choice and why in summary.json and the banner
+    /// (default).
+    Auto,
+    /// SO_TIMESTAMPING: the kernel's reports read from the socket's error queue.
     Socket,
     /// BPF TX timestamping (Linux 6.15+; root, cgroup v2): the same SCHED, SND and ACK
     /// times given to a sock_ops program and read from its ring buffer when the loop wakes
@@ -61,13 +65,18 @@ pub enum TimestampsArg {
 }
 
 impl TimestampsArg {
-    /// The configuration's source (None: writes not timed).
-    fn source(self) -> Option<TimestampSource> {
-        match self {
+    /// The configuration's source (None: writes not timed) and how it was chosen; `auto`
+    /// starts as socket, which the BPF programs' start may turn into bpf.
+    fn source(self) -> (Option<TimestampSource>, TimestampChoice) {
+        let given = match self {
+            TimestampsArg::Auto => {
+                return (Some(TimestampSource::Socket), TimestampChoice::AutoOpen)
+            }
             TimestampsArg::Socket => Some(TimestampSource::Socket),
             TimestampsArg::Bpf => Some(TimestampSource::Bpf),
             TimestampsArg::Off => None,
-        }
+        };
+        (given, TimestampChoice::Given)
     }
 }
 
@@ -201,7 +210,8 @@ pub struct SendArgs {
     #[arg(long, value_parser = parse_u32_bytes, value_name = "BYTES", conflicts_with = "no_timestamps")]
     pub errqueue_rcvbuf: Option<u32>,
 
-    /// Where each write's TX timestamps come from: socket (SO_TIMESTAMPING, the default),
+    /// Where each write's TX timestamps come from: auto (the default: bpf where it can run,
+    /// socket otherwise, and why in the banner and summary.json), socket (SO_TIMESTAMPING),
     /// bpf (BPF TX timestamping, Linux 6.15+, root: no error queue and no wakeup of their
     /// own), off (writes not timed).
     #[arg(long, value_enum, value_name = "SOURCE", conflicts_with_all = ["no_timestamps", "light"])]
@@ -564,11 +574,24 @@ impl SendArgs {
                 ));
             }
         }
-        let timestamps = if self.no_timestamps || self.light {
-            None
+        let (timestamps, mut timestamp_choice) = if self.no_timestamps || self.light {
+            (None, TimestampChoice::Given)
         } else {
-            self.timestamps.unwrap_or(TimestampsArg::Socket).source()
+            self.timestamps.unwrap_or(TimestampsArg::Auto).source()
         };
+        // What on the command line rules BPF timestamps out for `auto`.
+        if timestamp_choice == TimestampChoice::AutoOpen {
+            if self.parallel > 1 {
+                timestamp_choice = TimestampChoice::Auto(format!(
+                    "-P {}: BPF timestamps time one connection",
+                    self.parallel
+                ));
+            } else if self.errqueue_rcvbuf.is_some() {
+                timestamp_choice = TimestampChoice::Auto(
+                    "--errqueue-rcvbuf sizes the socket's error queue".into(),
+                );
+            }
+        }
         if self.timestamps == Some(TimestampsArg::Off) {
             for (asked, flag) in [
                 (self.errqueue_rcvbuf.is_some(), "--errqueue-rcvbuf"),
@@ -654,6 +677,7 @@ impl SendArgs {
                 timestamps: timestamps == Some(TimestampSource::Socket),
             },
             timestamps,
+            timestamp_choice,
             write_log: !self.light,
             drain_timeout: self.drain_timeout,
             connect_timeout: self.connect_timeout,
@@ -703,7 +727,9 @@ mod tests {
         assert_eq!(c.write_size, 65_536);
         assert_eq!(c.limits.time, Some(Duration::from_secs(10)));
         assert_eq!(c.interval, Duration::from_secs(1));
+        // `auto`: socket until the BPF programs' start tries bpf.
         assert_eq!(c.timestamps, Some(TimestampSource::Socket));
+        assert_eq!(c.timestamp_choice, TimestampChoice::AutoOpen);
         assert_eq!(c.epoll, EpollMode::Level);
         assert_eq!(c.options.sndbuf, None);
     }

@@ -51,6 +51,19 @@ impl TimestampSource {
     }
 }
 
+/// How the timestamp source was chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimestampChoice {
+    /// Named on the command line (`--timestamps socket|bpf|off`, `--no-timestamps`,
+    /// `--light`).
+    Given,
+    /// `--timestamps auto` (the default) with nothing on the command line ruling BPF out:
+    /// the start of the BPF programs tries it (a lone forward run); until then, socket.
+    AutoOpen,
+    /// `auto`, settled, and why (summary.json `config.timestamp_note`, the banner).
+    Auto(String),
+}
+
 #[derive(Debug, Clone)]
 pub struct SendConfig {
     pub peer: SocketAddr,
@@ -68,6 +81,8 @@ pub struct SendConfig {
     pub replenish: Option<ReplenishConfig>,
     /// None: writes are not timed (`--timestamps off`).
     pub timestamps: Option<TimestampSource>,
+    /// Whether `timestamps` was named or `auto` chose it.
+    pub timestamp_choice: TimestampChoice,
     /// writes.csv (off under `--light`).
     pub write_log: bool,
     /// None = computed from the backlog at the end of writing.
@@ -110,6 +125,28 @@ impl SendConfig {
             (Some(t), _) => format!("{} ", crate::report::human::flow_tag(Some(t.flow))),
             (None, Some(tag)) => format!("{tag} "),
             (None, None) => String::new(),
+        }
+    }
+
+    /// `--timestamps auto` settles on `source` for `why` (a source named on the command line
+    /// stays).
+    pub fn settle_timestamps(&mut self, source: TimestampSource, why: impl Into<String>) {
+        if self.timestamp_choice != TimestampChoice::Given {
+            self.timestamps = Some(source);
+            self.options.timestamps = source == TimestampSource::Socket;
+            self.timestamp_choice = TimestampChoice::Auto(why.into());
+        }
+    }
+
+    /// Why `auto` chose the source (None: the command line named it).
+    pub fn timestamp_note(&self) -> Option<String> {
+        let source = self.timestamps.map_or("off", TimestampSource::name);
+        match &self.timestamp_choice {
+            TimestampChoice::Given => None,
+            TimestampChoice::AutoOpen => Some(format!(
+                "auto: {source} (BPF timestamps are tried only on a lone forward run's connection)"
+            )),
+            TimestampChoice::Auto(why) => Some(format!("auto: {source} ({why})")),
         }
     }
 

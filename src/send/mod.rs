@@ -12,6 +12,7 @@ pub mod source;
 pub mod source_cli;
 pub mod trip;
 
+use config::TimestampSource;
 pub use config::{EpollMode, Limits, SendConfig};
 pub use run::{run, SendOutcome, SetupError};
 
@@ -54,12 +55,12 @@ where
 fn run_from_args(args: cli::SendArgs) -> Result<i32, crate::cli::Failure> {
     let json = args.json;
     let parallel = usize::from(args.parallel);
-    let cfg = args.into_config().map_err(|e| crate::cli::Failure {
+    let mut cfg = args.into_config().map_err(|e| crate::cli::Failure {
         status: e.exit_status(),
         message: e.to_string(),
     })?;
     // Before any socket exists: the programs act on sockets created in their cgroup.
-    let (_programs, attached) = programs::start(&cfg).map_err(crate::cli::Failure::env)?;
+    let (_programs, attached) = programs::start(&mut cfg).map_err(crate::cli::Failure::env)?;
     if parallel > 1 {
         return run_parallel(&cfg, parallel, json, attached);
     }
@@ -116,10 +117,14 @@ fn run_reverse(
     let json = args.json;
     let parallel = args.parallel;
     let bidir = args.bidir;
-    let cfg = args.into_config().map_err(|e| crate::cli::Failure {
+    let mut cfg = args.into_config().map_err(|e| crate::cli::Failure {
         status: e.exit_status(),
         message: e.to_string(),
     })?;
+    cfg.settle_timestamps(
+        TimestampSource::Socket,
+        "-R and --bidir: the BPF programs act on sockets sbm-send creates in its own cgroup",
+    );
     if let Some(why) = reverse::refusal(&cfg, parallel) {
         return Err(crate::cli::Failure::usage(why));
     }

@@ -6,7 +6,11 @@
 //! This is the one place sbm-send's code meets `crate::bpf`: the loop sees only the
 //! interfaces in [`super::run::Attached`]. A build without the `bpf` feature (no clang,
 //! no libbpf) has neither, and asking for them says in one line how to get them.
+//!
+//! It is also where `--timestamps auto` settles: bpf when the kernel offers BPF TX
+//! timestamping and the program starts, socket otherwise, with the reason kept.
 
+use super::config::{TimestampChoice, TimestampSource};
 use super::run::Attached;
 use super::SendConfig;
 
@@ -17,13 +21,27 @@ pub struct Programs {
 }
 
 /// Starts what `cfg` asks for (the tap times one connection: the command line refuses it
-/// with `-P`).
+/// with `-P`), settling `--timestamps auto` on the way.
 #[cfg(feature = "bpf")]
-pub fn start(cfg: &SendConfig) -> Result<(Programs, Attached), String> {
+pub fn start(cfg: &mut SendConfig) -> Result<(Programs, Attached), String> {
     use crate::bpf::replenish::{BpfReplenish, Settings, SubMss, Wake};
     use crate::bpf::send_tap::{SendTap, TapSettings};
     use crate::replenish::{ReplenishImpl, ThresholdTest};
-    use crate::send::config::TimestampSource;
+    if cfg.timestamp_choice == TimestampChoice::AutoOpen {
+        let traced = std::env::var_os(crate::trace::TRACED_ENV);
+        match crate::bpf::probe::tx_timestamping() {
+            // The program's cgroup would take sbm-send out of the one sbm-trace watches.
+            _ if traced.is_some() => cfg.settle_timestamps(
+                TimestampSource::Socket,
+                "run under sbm-trace: BPF timestamps would move sbm-send out of the traced cgroup",
+            ),
+            Ok(()) => cfg.settle_timestamps(
+                TimestampSource::Bpf,
+                "root, and the kernel has BPF TX timestamping",
+            ),
+            Err(why) => cfg.settle_timestamps(TimestampSource::Socket, why),
+        }
+    }
     if cfg.needs_bpf().is_none() {
         return Ok((Programs { _replenish: None }, Attached::default()));
     }
@@ -54,19 +72,34 @@ pub fn start(cfg: &SendConfig) -> Result<(Programs, Attached), String> {
         Some(r) => Some(r.rule().map_err(|e| e.to_string())?),
         None => None,
     };
-    let bpf_timestamps = cfg.timestamps == Some(TimestampSource::Bpf);
     let program_tap: Option<Box<dyn crate::tstamp::tap::ProgramTap>> =
-        if cfg.exact_departures || bpf_timestamps {
-            let settings = TapSettings {
+        if cfg.exact_departures || cfg.timestamps == Some(TimestampSource::Bpf) {
+            let mut settings = TapSettings {
                 port: cfg.peer.port(),
                 departures: cfg.exact_departures,
-                timestamps: bpf_timestamps,
+                timestamps: cfg.timestamps == Some(TimestampSource::Bpf),
             };
             // On the replenish program's cgroup when there is one: this process has
             // joined it, and a process is in one cgroup.
-            let tap = SendTap::start(settings, replenish.as_ref().map(|b| b.cgroup_fd()))
-                .map_err(|e| e.to_string())?;
-            Some(Box::new(tap))
+            let cgroup = replenish.as_ref().map(|b| b.cgroup_fd());
+            let tap = match SendTap::start(settings, cgroup) {
+                Ok(tap) => Some(tap),
+                // `auto` falls back to the error queue; a source named is not second-guessed.
+                Err(e) if matches!(cfg.timestamp_choice, TimestampChoice::Auto(_)) => {
+                    cfg.settle_timestamps(
+                        TimestampSource::Socket,
+                        format!("the BPF program did not start: {e}"),
+                    );
+                    settings.timestamps = false;
+                    if cfg.exact_departures {
+                        Some(SendTap::start(settings, cgroup).map_err(|e| e.to_string())?)
+                    } else {
+                        None
+                    }
+                }
+                Err(e) => return Err(e.to_string()),
+            };
+            tap.map(|t| Box::new(t) as Box<dyn crate::tstamp::tap::ProgramTap>)
         } else {
             None
         };
@@ -82,10 +115,13 @@ pub fn start(cfg: &SendConfig) -> Result<(Programs, Attached), String> {
     ))
 }
 
-/// Starts what `cfg` asks for: in a build without BPF, nothing, and a configuration that
-/// needs it is refused.
+/// Starts what `cfg` asks for: in a build without BPF, nothing (`auto` settles on socket),
+/// and a configuration that needs it is refused.
 #[cfg(not(feature = "bpf"))]
-pub fn start(cfg: &SendConfig) -> Result<(Programs, Attached), String> {
+pub fn start(cfg: &mut SendConfig) -> Result<(Programs, Attached), String> {
+    if cfg.timestamp_choice == TimestampChoice::AutoOpen {
+        cfg.settle_timestamps(TimestampSource::Socket, "this build has no BPF");
+    }
     match cfg.needs_bpf() {
         Some(flag) => Err(crate::cli::built_without_bpf(flag)),
         None => Ok((Programs {}, Attached::default())),

@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use socket2::Socket;
 
 use super::cli::SendArgs;
+use super::config::TimestampSource;
 use super::run::{bind_and_connect, run_with_stop, tcp_socket, Attached};
 use super::SendConfig;
 use crate::cli::Failure;
@@ -651,6 +652,11 @@ fn serve(control: &Socket, first: Vec<u8>, setup: &ServeSetup) -> ReverseResult 
         .out_dir
         .as_ref()
         .map(|d| d.join(format!("reverse-{}", setup.conn)));
+    cfg.settle_timestamps(
+        TimestampSource::Socket,
+        "a reverse run sends on the connection sbm-sink accepted: the BPF programs act on \
+         sockets sbm creates in its own cgroup",
+    );
     if let Some(why) = refusal(&cfg, 1) {
         return refused(2, why);
     }

@@ -11,6 +11,11 @@ pub mod run;
 
 use std::fmt::Write as _;
 
+/// Set in the environment of the command sbm-trace runs: the cgroup it traces. A program
+/// that would leave that cgroup for one of its own (sbm-send's BPF programs) would leave
+/// the trace too.
+pub const TRACED_ENV: &str = "SBM_TRACED_CGROUP";
+
 use crate::report::schema::TraceSummary;
 use crate::units::{Bytes, Micros};
 

@@ -372,7 +372,9 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
 }
 
 /// Runs `command` with its own PID written into the cgroup's `procs` before it execs, so
-/// that every socket it creates is traced.
+/// that every socket it creates is traced. The command learns that it is traced from
+/// [`crate::trace::TRACED_ENV`] (sbm-send then keeps to the cgroup instead of taking BPF
+/// timestamps in one of its own).
 fn spawn_in(procs: &Path, command: &[OsString]) -> Result<Child, String> {
     let (program, _) = command
         .split_first()
@@ -382,6 +384,7 @@ fn spawn_in(procs: &Path, command: &[OsString]) -> Result<Child, String> {
         .arg("echo $$ > \"$0\" && exec \"$@\"")
         .arg(procs)
         .args(command)
+        .env(crate::trace::TRACED_ENV, procs.parent().unwrap_or(procs))
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))
 }

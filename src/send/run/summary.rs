@@ -152,6 +152,7 @@ impl Sender<'_> {
                 paced_start_s: cfg.paced_start.map(|d| d.as_secs_f64()),
                 timestamps: cfg.timestamps.is_some(),
                 timestamp_source: cfg.timestamps.map(|t| t.name().into()),
+                timestamp_note: cfg.timestamp_note(),
                 drain_timeout_s: cfg.drain_timeout.map(|d| d.as_secs_f64()),
             },
             options: about.options,
@@ -288,6 +289,9 @@ pub(super) fn print_banner(
         })
         .collect();
     crate::say!("{tag}options: {}", opts.join(", "));
+    if let Some(note) = cfg.timestamp_note() {
+        crate::say!("{tag}timestamp source: {note}");
+    }
     match (cfg.timestamps, ts) {
         (Some(TimestampSource::Socket), Some(t)) => crate::say!(
             "{tag}timestamps: SCHED+SND+ACK per write from the error queue, keyed by byte offset ({})",
