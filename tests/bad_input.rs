@@ -30,6 +30,7 @@ fn program(name: &str) -> String {
         | "scripts/soak"
         | "scripts/uml-alarm-trace"
         | "scripts/displaced-stamps"
+        | "scripts/timestamp-sources"
         | "scripts/tx-report-trace"
         | "scripts/analysis/invitation-backlog.py"
         | "testbed/wan"
@@ -378,6 +379,11 @@ const CASES: &[Case] = &[
     ("scripts/displaced-stamps", &["--sizes", ","], 2, "--sizes"),
     ("scripts/displaced-stamps", &["--duration", "4"], 2, "--duration"),
     ("scripts/displaced-stamps", &["--out"], 2, "--out"),
+    ("scripts/timestamp-sources", &["--bogus"], 2, "--bogus"),
+    ("scripts/timestamp-sources", &["--reps", "0"], 2, "--reps"),
+    ("scripts/timestamp-sources", &["--rates", ","], 2, "--rates"),
+    ("scripts/timestamp-sources", &["--duration", "10", "--warmup", "10"], 2, "--warmup"),
+    ("scripts/timestamp-sources", &["--check", "--out", "/nonexistent/ts"], 1, "/nonexistent/ts"),
     ("scripts/tx-report-trace", &["--bogus"], 2, "--bogus"),
     ("scripts/tx-report-trace", &["--reps", "-1"], 2, "--reps"),
     ("scripts/tx-report-trace", &["--guest-reps", "x"], 2, "--guest-reps"),

@@ -1081,6 +1081,47 @@ fn scripts_matrix_builds_only_when_stale_and_keeps_the_callers_directory() {
     assert!(call().starts_with("cargo build"));
 }
 
+/// results/timestamp-sources' runs.csv and README.md are what its script makes of the runs'
+/// committed files (`--check`), and the check fails when a figure in runs.csv is changed.
+#[test]
+fn the_timestamp_sources_table_is_what_its_script_makes_of_the_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("scripts/timestamp-sources");
+    let committed = root.join("results/timestamp-sources");
+    let check = |dir: &Path| {
+        common::run_program(
+            script.to_str().unwrap(),
+            &["--check", "--out", dir.to_str().unwrap()],
+            Duration::from_secs(300),
+        )
+    };
+    let out = check(&committed);
+    assert!(out.status.success(), "{}", out.stderr);
+    // A copy with one run's count of exact rows within 50 µs lowered by one.
+    let copy = tempdir("timestamp-sources");
+    let cp = common::run_program(
+        "cp",
+        &[
+            "-r",
+            &format!("{}/.", committed.display()),
+            copy.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(cp.status.success(), "{}", cp.stderr);
+    let runs = std::fs::read_to_string(copy.join("runs.csv")).unwrap();
+    let mut lines: Vec<String> = runs.lines().map(str::to_string).collect();
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let col = header.iter().position(|h| *h == "within_50us").unwrap();
+    let mut cells: Vec<String> = lines[1].split(',').map(str::to_string).collect();
+    cells[col] = (cells[col].parse::<u64>().unwrap() - 1).to_string();
+    lines[1] = cells.join(",");
+    std::fs::write(copy.join("runs.csv"), lines.join("\n") + "\n").unwrap();
+    let out = check(copy.path());
+    assert_eq!(out.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("within_50us"), "{}", out.stderr);
+}
+
 /// results/invitation-backlog's table and per-run CSV (docs/draft-note.md's question 1) are
 /// what scripts/analysis/invitation-backlog.py makes of the run's committed files.
 #[test]
