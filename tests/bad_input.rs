@@ -31,6 +31,7 @@ fn program(name: &str) -> String {
         | "scripts/uml-alarm-trace"
         | "scripts/displaced-stamps"
         | "scripts/timestamp-sources"
+        | "scripts/small-write-segments"
         | "scripts/tx-report-trace"
         | "scripts/analysis/invitation-backlog.py"
         | "testbed/wan"
@@ -380,6 +381,9 @@ const CASES: &[Case] = &[
     ("scripts/displaced-stamps", &["--duration", "4"], 2, "--duration"),
     ("scripts/displaced-stamps", &["--out"], 2, "--out"),
     ("scripts/timestamp-sources", &["--bogus"], 2, "--bogus"),
+    ("scripts/small-write-segments", &["--bogus"], 2, "--bogus"),
+    ("scripts/small-write-segments", &["--reps", "0"], 2, "--reps"),
+    ("scripts/small-write-segments", &["--duration", "1"], 2, "--duration"),
     ("scripts/timestamp-sources", &["--reps", "0"], 2, "--reps"),
     ("scripts/timestamp-sources", &["--rates", ","], 2, "--rates"),
     ("scripts/timestamp-sources", &["--duration", "10", "--warmup", "10"], 2, "--warmup"),
