@@ -117,6 +117,8 @@ const CASES: &[Case] = &[
     ("sbm-send", &["-c", C, "--rule-trace", "1ms"], 2, "--out"),
     ("sbm-send", &["-c", C, "--rule-trace", "soon", "--out", "/tmp"], 2, "--rule-trace"),
     ("sbm-sink", &["--ack", "never"], 2, "--ack"),
+    ("sbm-sink", &["-l", "0"], 2, "--len"),
+    ("sbm-sink", &["--len", "65MiB"], 2, "--len"),
     ("sbm-sink", &["--format", "kbit"], 2, "report format"),
     ("sbm-send", &["-c", C, "--replenish-time", "15ms", "--rate-estimator", "guess"], 2, "--rate-estimator"),
     ("sbm-send", &["-c", C, "--rate-estimator", "latest"], 2, "--replenish-time"),

@@ -473,3 +473,44 @@ fn plain_streams_are_discarded_without_a_copy_and_trip_streams_are_read() {
         assert_eq!(num(&r, "uncopied_bytes"), Some(0), "--copy-reads copies");
     }
 }
+
+/// `-l BYTES` is the most one read takes: a plain stream's bytes are copied only until its
+/// first 37 have been seen (the opening sbm-sink tells sbm-send -R and iperf3 clients apart
+/// by), so with 16-byte reads at most 36 + 16 bytes are copied; with the default 1 MiB the
+/// first read alone takes a whole loopback segment.
+#[test]
+fn the_read_size_is_the_most_one_read_takes() {
+    let _g = serial();
+    let dir = tempdir("read-size");
+    let copied = |extra: &[&str], name: &str| -> u64 {
+        let out = dir.join(name);
+        let mut args = vec!["-q", "--once", "--out", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let sink = Sink::start("127.0.0.1:0", &args);
+        let res = common::run(
+            "sbm-send",
+            &["-c", &sink.addr, "--writes", "200", "--no-timestamps", "-q"],
+            RUN,
+        );
+        assert_eq!(res.code(), Some(0), "{}", res.stderr);
+        let done = sink.proc.wait(RUN);
+        assert_eq!(done.code(), Some(0), "{}", done.stderr);
+        let total = read_csv(&out.join("sink-intervals.csv"))
+            .into_iter()
+            .find(|r| r["kind"] == "total")
+            .unwrap();
+        let bytes = num(&total, "bytes").unwrap();
+        assert_eq!(bytes, 200 * 65_536, "{name}");
+        bytes - num(&total, "uncopied_bytes").unwrap()
+    };
+    let small = copied(&["-l", "16"], "l16");
+    assert!(
+        small > 0 && small <= 36 + 16,
+        "{small} bytes copied with -l 16"
+    );
+    let default = copied(&[], "default");
+    assert!(
+        default > 36 + 16,
+        "{default} bytes copied with the default read size"
+    );
+}

@@ -17,6 +17,7 @@ Examples:
   sbm-sink --listen 198.18.0.2:5301 --once --out results/sink
   sbm-sink --max-conns 64 --idle-timeout 30s -q   # a shared host: bounded and tidy
   sbm-sink --copy-reads                     # copy what arrives, as an application would
+  sbm-sink --copy-reads -l 512              # 512 B per read, as iperf3 -s behind iperf3 -l 512
 
 Prints a line per connection per interval and a total when each connection closes.
 Stop it with Ctrl-C (open connections get their totals first).
@@ -82,6 +83,13 @@ pub struct SinkArgs {
     /// the `uncopied_bytes` column); --trip-times streams are always read.
     #[arg(long)]
     pub copy_reads: bool,
+
+    /// Read (or discard) at most BYTES per call, as iperf's -l on its server (iperf3's server
+    /// reads with its client's -l). The default is large, so that one read empties a full
+    /// receive window; small reads let a fast sender fill the window and merge its writes
+    /// into large segments, so compare senders behind the same read size.
+    #[arg(short = 'l', long = "len", default_value = "1MiB", value_parser = parse_read_size, value_name = "BYTES")]
+    pub read_size: u32,
 
     /// Print only connection totals, not interval lines.
     #[arg(short = 'q', long)]
@@ -150,6 +158,17 @@ impl AckPolicy {
             AckPolicy::Delayed => false,
         }
     }
+}
+
+/// The largest read: a buffer beyond this holds nothing one call can return anyway.
+const MAX_READ: u64 = 64 << 20;
+
+fn parse_read_size(s: &str) -> Result<u32, String> {
+    let v = units::parse_bytes(s).map_err(|e| e.to_string())?;
+    if v == 0 || v > MAX_READ {
+        return Err(format!("read size '{s}' must be 1 B to 64 MiB"));
+    }
+    Ok(v as u32)
 }
 
 fn parse_u32_bytes(s: &str) -> Result<u32, String> {

@@ -45,6 +45,7 @@ fn run_args(args: cli::SinkArgs) -> Result<i32, Failure> {
         max_conns: args.max_conns as usize,
         idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
         copy_reads: args.copy_reads,
+        read_size: args.read_size as usize,
     };
     let totals = run(&cfg).map_err(Failure::env)?;
     if args.json {

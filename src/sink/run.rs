@@ -38,8 +38,6 @@ const SIGNAL_TOKEN: u64 = 1;
 /// A reverse run (`sbm-send -R`) ended: its thread says so through an eventfd.
 const REVERSE_TOKEN: u64 = 2;
 const FIRST_CONN_TOKEN: u64 = 3;
-/// Discard buffer: large, so that one read empties a full receive window.
-const READ_BUF: usize = 1 << 20;
 /// Reads per readiness event before other connections get their turn.
 const READS_PER_EVENT: usize = 16;
 /// How long accepting pauses after the process or system ran out of descriptors (or
@@ -72,6 +70,8 @@ pub struct SinkConfig {
     /// Copy plain streams' bytes as an application would (`--copy-reads`), rather than
     /// letting the kernel discard them.
     pub copy_reads: bool,
+    /// The most one read takes (`-l`).
+    pub read_size: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -905,7 +905,7 @@ pub fn run(cfg: &SinkConfig) -> Result<Vec<SinkIntervalRow>, SinkError> {
         conns: HashMap::new(),
         next_id: FIRST_CONN_TOKEN,
         csv,
-        buf: vec![0; READ_BUF],
+        buf: vec![0; cfg.read_size],
         finished_conns: 0,
         messages_csv,
         boot_id: crate::sysinfo::boot_id(),
