@@ -422,6 +422,7 @@ const CASES: &[Case] = &[
     ("sbm-trace", &["--interval", "0s", "--", "true"], 2, "--interval"),
     ("sbm-trace", &["--warmup", "x", "--", "true"], 2, "--warmup"),
     ("sbm-trace", &["--no-timestamps=1", "--", "true"], 2, "--no-timestamps"),
+    ("sbm-trace", &["--no-departures", "--no-timestamps", "--", "true"], 2, "--no-departures"),
     ("sbm-trace", &["--replenish-time", "fast", "--", "true"], 2, "--replenish-time"),
     ("sbm-trace", &["--threshold-test", "half", "--", "true"], 2, "--replenish-time"),
     ("sbm-trace", &["--quiet=1", "--", "true"], 2, "--quiet"),

@@ -58,8 +58,13 @@ fn bench_smoke_measures_and_reports_every_part() {
         );
     }
     if root {
-        // The same writes timed by BPF (--timestamps bpf), and iperf3 under sbm-trace.
-        for tool in ["sbm --timestamps bpf (CSV)", "iperf3 under sbm-trace"] {
+        // The same writes timed by BPF (--timestamps bpf), and iperf3 under sbm-trace, with
+        // and without per-packet departures.
+        for tool in [
+            "sbm --timestamps bpf (CSV)",
+            "iperf3 under sbm-trace",
+            "iperf3 under sbm-trace --no-departures",
+        ] {
             let runs = json["loopback"][tool]
                 .as_array()
                 .unwrap_or_else(|| panic!("no {tool} runs"));

@@ -1082,3 +1082,75 @@ fn sbm_send_chooses_bpf_timestamps_where_it_can() {
         out.stdout
     );
 }
+
+/// `sbm-trace --no-departures`: no per-packet callback, so no departure on any row, and the
+/// TX timestamps still come: each write's BPF TX_SCHED is the one sbm-send's own error
+/// queue reported for the same byte (within 50 µs, ≥ 99 % of the writes exact in both).
+#[test]
+fn sbm_trace_without_departures_keeps_the_tx_timestamps() {
+    let _g = serial();
+    require_root();
+    let before = attached();
+    let sink = Sink::start("127.0.0.1:0", &["-q"]);
+    let send_out = tempdir("trace-nd-send");
+    let trace_out = tempdir("trace-nd");
+    let send = bin("sbm-send");
+    let port = sink.addr.rsplit_once(':').unwrap().1.to_string();
+    let res = run(
+        "sbm-trace",
+        &[
+            "-q",
+            "-o",
+            trace_out.to_str().unwrap(),
+            "--port",
+            &port,
+            "--no-departures",
+            "--",
+            send.to_str().unwrap(),
+            "--connect",
+            &sink.addr,
+            "--writes",
+            "3000",
+            "-q",
+            "--out",
+            send_out.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    sink.stop();
+    let trace = read_json(&trace_out.join("trace.json"));
+    assert_eq!(trace["departures"], false, "{trace}");
+    let conn = &trace["connections"][0];
+    assert_eq!(conn["departures"], 0, "{conn}");
+    assert!(conn["sched_reports"].as_u64().unwrap() > 100, "{conn}");
+    let traced = read_csv(&trace_out.join("conn-0/writes.csv"));
+    assert!(
+        traced.iter().all(|r| r["depart_exact_ns"].is_empty()),
+        "a departure without the per-packet callback"
+    );
+    let by_offset: std::collections::HashMap<&str, &Row> = traced
+        .iter()
+        .filter(|r| r["attribution"] == "exact")
+        .map(|r| (r["end_offset"].as_str(), r))
+        .collect();
+    let own = read_csv(&send_out.join("writes.csv"));
+    let both: Vec<(u64, u64)> = own
+        .iter()
+        .filter(|r| r["attribution"] == "exact")
+        .filter_map(|r| {
+            let t = by_offset.get(r["end_offset"].as_str())?;
+            Some((num(r, "sched_ns")?, num(t, "sched_ns")?))
+        })
+        .collect();
+    let close = both
+        .iter()
+        .filter(|(a, b)| a.abs_diff(*b) <= 50_000)
+        .count();
+    assert!(
+        both.len() > 1000 && close as f64 >= 0.99 * both.len() as f64,
+        "{close} of {} writes with both TX_SCHEDs within 50 µs",
+        both.len()
+    );
+    assert_nothing_new(&before, "tracing without departures");
+}

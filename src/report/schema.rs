@@ -666,6 +666,11 @@ pub struct TraceIntervalRow {
     pub departure_p95_us: Option<u64>,
 }
 
+/// serde's default for a flag that was always on before it could be turned off.
+fn yes() -> bool {
+    true
+}
+
 /// OUT/trace.json of sbm-trace (and its -J output).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -683,6 +688,10 @@ pub struct TraceSummary {
     pub exit_status: Option<i32>,
     /// BPF TX timestamping asked for (false: --no-timestamps).
     pub timestamping: bool,
+    /// Per-packet departures recorded (false: --no-departures; absent before the option,
+    /// when they always were).
+    #[serde(default = "yes")]
+    pub departures: bool,
     /// `--cc`: the congestion control set on every traced connection (None: not asked).
     pub congestion: Option<String>,
     pub port: Option<u16>,

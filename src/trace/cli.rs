@@ -72,6 +72,13 @@ pub struct TraceArgs {
     #[arg(long)]
     pub no_timestamps: bool,
 
+    /// TX timestamps only: no per-packet departures. The departures take a callback on every
+    /// outgoing segment, the larger part of what tracing costs the traced program; without
+    /// them writes have no exact departure and a TX report a later segment carried cannot be
+    /// told apart (no `displaced` rows).
+    #[arg(long, conflicts_with = "no_timestamps")]
+    pub no_departures: bool,
+
     /// Set every traced connection's congestion control to NAME when it is established
     /// (bpf_setsockopt): an unmodified program chooses none and runs the system's default,
     /// which a network namespace may not be allowed to change. trace.json records it per

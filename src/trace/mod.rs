@@ -53,6 +53,7 @@ pub fn summary_text(s: &TraceSummary) -> String {
             match c.timestamping_error {
                 Some(e) => format!("; no TX timestamps (the kernel refused BPF TX timestamping: error {e}; it needs Linux 6.15+)"),
                 None if !s.timestamping => "; TX timestamps off (--no-timestamps)".into(),
+                None if !s.departures => "; departures off (--no-departures)".into(),
                 None => String::new(),
             }
         );
@@ -78,6 +79,7 @@ where
             interval: a.interval,
             warmup: a.warmup,
             timestamping: !a.no_timestamps,
+            departures: !a.no_departures,
             congestion: a.cc,
             replenish: a
                 .replenish_time

@@ -38,6 +38,8 @@ pub struct TraceConfig {
     pub interval: Duration,
     pub warmup: Duration,
     pub timestamping: bool,
+    /// Per-packet departures (off: `--no-departures`).
+    pub departures: bool,
     /// Each traced connection's congestion control (None: the program's own choice).
     pub congestion: Option<String>,
     pub replenish: Option<replenish::Settings>,
@@ -172,7 +174,7 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
         &TraceSettings {
             port: cfg.port,
             timestamping: cfg.timestamping,
-            per_packet: true,
+            per_packet: cfg.departures,
             // Read every poll interval (50 ms): no event wakes sbm-trace, so none costs the
             // traced program an interrupt.
             wake_reader: false,
@@ -353,6 +355,7 @@ pub fn run(cfg: &TraceConfig) -> Result<TraceSummary, String> {
         end_reason,
         exit_status,
         timestamping: cfg.timestamping,
+        departures: cfg.departures,
         congestion: cfg.congestion.clone(),
         port: cfg.port,
         warmup_s: cfg.warmup.as_secs_f64(),
