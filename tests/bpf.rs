@@ -508,38 +508,39 @@ fn check_departures(
     );
 }
 
+/// sbm-trace (with `trace_args`) around 3 000 of sbm-send's 64 KiB writes to a sink on
+/// loopback: sbm-send's output directory and sbm-trace's.
+fn trace_send_on_loopback(tag: &str, trace_args: &[&str]) -> (TempDir, TempDir) {
+    let sink = Sink::start("127.0.0.1:0", &["-q"]);
+    let send_out = tempdir(&format!("{tag}-send"));
+    let trace_out = tempdir(tag);
+    let send = bin("sbm-send");
+    let port = sink.addr.rsplit_once(':').unwrap().1.to_string();
+    let mut args = vec!["-q", "-o", trace_out.to_str().unwrap(), "--port", &port];
+    args.extend_from_slice(trace_args);
+    args.extend([
+        "--",
+        send.to_str().unwrap(),
+        "--connect",
+        &sink.addr,
+        "--writes",
+        "3000",
+        "-q",
+        "--out",
+        send_out.to_str().unwrap(),
+    ]);
+    let res = run("sbm-trace", &args, Duration::from_secs(120));
+    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
+    sink.stop();
+    (send_out, trace_out)
+}
+
 #[test]
 fn traced_departures_agree_with_sbm_sends_own_reports_on_loopback() {
     let _g = serial();
     require_root();
     let before = attached();
-    let sink = Sink::start("127.0.0.1:0", &["-q"]);
-    let send_out = tempdir("trace-lo-send");
-    let trace_out = tempdir("trace-lo");
-    let send = bin("sbm-send");
-    let port = sink.addr.rsplit_once(':').unwrap().1.to_string();
-    let res = run(
-        "sbm-trace",
-        &[
-            "-q",
-            "-o",
-            trace_out.to_str().unwrap(),
-            "--port",
-            &port,
-            "--",
-            send.to_str().unwrap(),
-            "--connect",
-            &sink.addr,
-            "--writes",
-            "3000",
-            "-q",
-            "--out",
-            send_out.to_str().unwrap(),
-        ],
-        Duration::from_secs(120),
-    );
-    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
-    sink.stop();
+    let (send_out, trace_out) = trace_send_on_loopback("trace-lo", &[]);
     // `--timestamps auto` stays in the traced cgroup: the error queue, and why.
     let config = &read_json(&send_out.join("summary.json"))["config"];
     assert_eq!(config["timestamp_source"], "socket", "{config}");
@@ -1091,34 +1092,7 @@ fn sbm_trace_without_departures_keeps_the_tx_timestamps() {
     let _g = serial();
     require_root();
     let before = attached();
-    let sink = Sink::start("127.0.0.1:0", &["-q"]);
-    let send_out = tempdir("trace-nd-send");
-    let trace_out = tempdir("trace-nd");
-    let send = bin("sbm-send");
-    let port = sink.addr.rsplit_once(':').unwrap().1.to_string();
-    let res = run(
-        "sbm-trace",
-        &[
-            "-q",
-            "-o",
-            trace_out.to_str().unwrap(),
-            "--port",
-            &port,
-            "--no-departures",
-            "--",
-            send.to_str().unwrap(),
-            "--connect",
-            &sink.addr,
-            "--writes",
-            "3000",
-            "-q",
-            "--out",
-            send_out.to_str().unwrap(),
-        ],
-        Duration::from_secs(120),
-    );
-    assert_eq!(res.code(), Some(0), "{}\n{}", res.stdout, res.stderr);
-    sink.stop();
+    let (send_out, trace_out) = trace_send_on_loopback("trace-nd", &["--no-departures"]);
     let trace = read_json(&trace_out.join("trace.json"));
     assert_eq!(trace["departures"], false, "{trace}");
     let conn = &trace["connections"][0];
