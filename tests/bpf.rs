@@ -268,25 +268,29 @@ fn bpf_replenish_is_detached_when_interrupted() {
     assert_nothing_new(&before, "Ctrl-C");
 }
 
+/// sbm-send with `args`, run as nobody.
+fn send_as_nobody(args: &[&str]) -> Finished {
+    let send = bin("sbm-send");
+    let mut all = vec![
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        send.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    run_program("setpriv", &all, Duration::from_secs(30))
+}
+
 #[test]
 fn bpf_replenish_needs_root_and_says_so() {
-    let send = bin("sbm-send");
-    let out = run_program(
-        "setpriv",
-        &[
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            send.to_str().unwrap(),
-            "--connect",
-            "127.0.0.1:9",
-            "--replenish-time",
-            "15ms",
-            "--replenish-impl",
-            "bpf",
-        ],
-        Duration::from_secs(30),
-    );
+    let out = send_as_nobody(&[
+        "--connect",
+        "127.0.0.1:9",
+        "--replenish-time",
+        "15ms",
+        "--replenish-impl",
+        "bpf",
+    ]);
     assert_eq!(out.code(), Some(1), "{}{}", out.stdout, out.stderr);
     let lines: Vec<&str> = out.stderr.lines().collect();
     assert_eq!(lines.len(), 1, "one line: {}", out.stderr);
@@ -1059,21 +1063,7 @@ fn sbm_send_chooses_bpf_timestamps_where_it_can() {
     assert_nothing_new(&before, "--timestamps auto");
 
     let sink = Sink::start("127.0.0.1:0", &["-q"]);
-    let send = bin("sbm-send");
-    let out = run_program(
-        "setpriv",
-        &[
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            send.to_str().unwrap(),
-            "--connect",
-            &sink.addr,
-            "-t",
-            "1s",
-        ],
-        Duration::from_secs(30),
-    );
+    let out = send_as_nobody(&["--connect", &sink.addr, "-t", "1s"]);
     sink.stop();
     assert_eq!(out.code(), Some(0), "{}{}", out.stdout, out.stderr);
     assert!(
