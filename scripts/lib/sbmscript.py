@@ -1,6 +1,10 @@
-"""What sbm's Python scripts share: one-line argument errors, argument checks, spread."""
+"""What sbm's Python scripts share: one-line argument errors, argument checks, spread,
+gzipping a run's file."""
 
 import argparse
+import gzip
+import os
+import shutil
 import statistics
 import sys
 
@@ -30,3 +34,10 @@ def spread(values, fmt):
     """Median [smallest–largest], each formatted by `fmt`."""
     v = sorted(values)
     return f"{fmt(statistics.median(v))} [{fmt(v[0])}–{fmt(v[-1])}]"
+
+
+def gzip_in_place(path):
+    """`path` becomes `path`.gz."""
+    with open(path, "rb") as src, gzip.open(path + ".gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(path)
