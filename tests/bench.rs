@@ -24,6 +24,22 @@ fn bench_smoke_measures_and_reports_every_part() {
     let res = common::output_within(cmd, std::time::Duration::from_secs(600));
     assert!(res.status.success(), "{}\n{}", res.stdout, res.stderr);
     let json = read_json(&out.join("bench.json"));
+    // The run names its machine: ratios to iperf3 differ between machines.
+    let machine = &json["machine"];
+    assert!(
+        machine["cpus"].as_u64().unwrap_or(0) >= 1
+            && !machine["cpu_model"].as_str().unwrap_or("").is_empty()
+            && machine["kernel"].as_str() == Some(sysinfo_release().as_str()),
+        "{machine}"
+    );
+    let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!(
+            "CPUs ({})",
+            machine["cpu_model"].as_str().unwrap()
+        )),
+        "README names the CPU: {readme}"
+    );
     for tool in [
         "sbm (timestamps, CSV)",
         "sbm --no-timestamps",
@@ -136,4 +152,12 @@ fn bench_smoke_measures_and_reports_every_part() {
             && md.contains("## Commands"),
         "{md}"
     );
+}
+
+/// The running kernel's release, as `uname -r` prints it.
+fn sysinfo_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap()
+        .trim()
+        .to_string()
 }
