@@ -29,7 +29,7 @@ fn bench_smoke_measures_and_reports_every_part() {
     assert!(
         machine["cpus"].as_u64().unwrap_or(0) >= 1
             && !machine["cpu_model"].as_str().unwrap_or("").is_empty()
-            && machine["kernel"].as_str() == Some(sysinfo_release().as_str()),
+            && machine["kernel"].as_str() == Some(sbm::sysinfo::kernel_release().as_str()),
         "{machine}"
     );
     let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
@@ -152,12 +152,4 @@ fn bench_smoke_measures_and_reports_every_part() {
             && md.contains("## Commands"),
         "{md}"
     );
-}
-
-/// The running kernel's release, as `uname -r` prints it.
-fn sysinfo_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .unwrap()
-        .trim()
-        .to_string()
 }
