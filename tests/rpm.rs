@@ -2,14 +2,16 @@
 //! knowledge, HTTP/1.1, TLS with ALPN); on an idle emulated path RPM is 60 000 / RTT within
 //! 5 % (cleartext and TLS); a loaded run gives both directions, every probe row and the
 //! server's per-write rule at work; Debian's nginx serves the test (HTTP/2 and HTTP/1.1); a
-//! server that dies or never answers ends the test with the reason, never a hang.
+//! server that dies or never answers ends the test with the reason, never a hang; a self
+//! probe's added round trip holds the server's socket wait and the bottleneck queue (sampled
+//! by `testbed/wan queue-trace`), and most of it is those two.
 
 mod common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{bin, read_csv, read_json, run_program, serial, tempdir, Bed, Row, Running};
+use common::{bin, f, num, read_csv, read_json, run_program, serial, tempdir, Bed, Row, Running};
 
 /// sbm-rpm-server started (in a namespace, or on loopback), and the address it printed.
 fn start_server(ns: Option<&str>, args: &[&str]) -> (Running, String) {
@@ -270,7 +272,6 @@ fn large_connections(dir: &Path) -> Vec<(u64, u64)> {
 fn cumulative_bps(intervals: &[Row], stage: &str) -> f64 {
     let rows: Vec<&Row> = intervals.iter().filter(|r| r["stage"] == stage).collect();
     assert!(!rows.is_empty(), "no {stage} intervals");
-    let f = |r: &Row, k: &str| r[k].parse::<f64>().unwrap();
     let bits: f64 = rows
         .iter()
         .map(|r| f(r, "dl_bps") * (f(r, "end_s") - f(r, "start_s")))
@@ -543,30 +544,37 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Each self probe joined with the server's ledger: (its RTT, the wait of its response in
-/// the server's socket, that wait's bound), in ms.
-fn joined_self_probes(client: &Path, server: &Path) -> Vec<(f64, f64, f64)> {
-    let waits: std::collections::HashMap<String, (f64, f64)> = read_csv(&server.join("probes.csv"))
+/// A self probe joined with the server's ledger of it.
+struct JoinedProbe {
+    /// The probe's round trip at the client, ms.
+    rtt_ms: f64,
+    /// Its response's wait in the server's socket, and that wait's bound, ms.
+    wait_ms: f64,
+    bound_ms: f64,
+    /// When the response was ready at the server (CLOCK_REALTIME, ns).
+    ready_unix_ns: u64,
+}
+
+/// Each answered self probe joined with the server's ledger.
+fn joined_self_probes(client: &Path, server: &Path) -> Vec<JoinedProbe> {
+    let waits: std::collections::HashMap<String, Row> = read_csv(&server.join("probes.csv"))
         .into_iter()
-        .map(|r| {
-            (
-                r["probe_id"].clone(),
-                (
-                    r["socket_wait_ms"].parse().unwrap(),
-                    r["bound_ms"].parse().unwrap(),
-                ),
-            )
-        })
+        .map(|r| (r["probe_id"].clone(), r))
         .collect();
     let answered: Vec<_> = read_csv(&client.join("probes.csv"))
         .into_iter()
         .filter(|r| r["kind"] == "self" && !r["http_ms"].is_empty())
         .collect();
-    let joined: Vec<(f64, f64, f64)> = answered
+    let joined: Vec<JoinedProbe> = answered
         .iter()
         .filter_map(|r| {
-            let (w, b) = waits.get(&r["probe_id"])?;
-            Some((r["http_ms"].parse().unwrap(), *w, *b))
+            let w = waits.get(&r["probe_id"])?;
+            Some(JoinedProbe {
+                rtt_ms: r["http_ms"].parse().unwrap(),
+                wait_ms: w["socket_wait_ms"].parse().unwrap(),
+                bound_ms: w["bound_ms"].parse().unwrap(),
+                ready_unix_ns: w["ready_unix_ns"].parse().unwrap(),
+            })
         })
         .collect();
     assert!(
@@ -622,13 +630,16 @@ fn the_servers_ledger_times_each_self_probes_wait_in_its_socket() {
         stop(server);
         let joined = joined_self_probes(&out, &server_out);
         // The wait in the server's socket is part of the probe's round trip.
-        for (rtt, wait, bound) in &joined {
+        for j in &joined {
             assert!(
-                wait - bound <= *rtt,
-                "{tag}: wait {wait} ± {bound} ms in an RTT of {rtt} ms"
+                j.wait_ms - j.bound_ms <= j.rtt_ms,
+                "{tag}: wait {} ± {} ms in an RTT of {} ms",
+                j.wait_ms,
+                j.bound_ms,
+                j.rtt_ms
             );
         }
-        medians.push(median(joined.iter().map(|j| j.1).collect()));
+        medians.push(median(joined.iter().map(|j| j.wait_ms).collect()));
     }
     // The default parks seconds of data in the socket; a 16 KB lowat a fraction of that.
     assert!(
@@ -637,4 +648,185 @@ fn the_servers_ledger_times_each_self_probes_wait_in_its_socket() {
         medians[0],
         medians[1]
     );
+}
+
+/// The bottleneck queue as `testbed/wan queue-trace` sampled it: (CLOCK_REALTIME ns, the
+/// backlog's time to drain at the rate in ms), in time order.
+fn queue_samples(path: &Path) -> Vec<(u64, f64)> {
+    read_csv(path)
+        .iter()
+        .map(|r| (num(r, "realtime_ns").unwrap(), f(r, "backlog_over_rate_ms")))
+        .collect()
+}
+
+/// Packets the bottleneck dropped while the trace ran.
+fn queue_drops(path: &Path) -> u64 {
+    let rows = read_csv(path);
+    let drops = |r: Option<&Row>| r.and_then(|r| num(r, "drops")).unwrap_or(0);
+    drops(rows.last()) - drops(rows.first())
+}
+
+/// The queue's delay at `t_ns`: the last sample at or before it, if that is at most 50 ms
+/// old (the trace samples every 5 ms).
+fn queue_delay_at(samples: &[(u64, f64)], t_ns: u64) -> Option<f64> {
+    let i = samples.partition_point(|s| s.0 <= t_ns).checked_sub(1)?;
+    (t_ns - samples[i].0 <= 50_000_000).then_some(samples[i].1)
+}
+
+#[test]
+fn a_self_probes_added_round_trip_holds_the_servers_socket_wait_and_the_bottleneck_queue() {
+    let _g = serial();
+    let bed = Bed::up("rpmq", &["--rate", "10mbit", "--rtt", "40ms"]);
+    // The client's receive buffers capped at 64 KB, so that four flows fit in the path and
+    // its queue and nothing is dropped: time a retransmission costs a probe is in neither
+    // part.
+    let cap = run_program(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &bed.ns("rcv"),
+            "sysctl",
+            "-qw",
+            "net.ipv4.tcp_rmem=4096 65536 65536",
+        ],
+        Duration::from_secs(5),
+    );
+    assert!(cap.status.success(), "{}", cap.stderr);
+    let dir = tempdir("rpm-agree");
+    let url = "http://198.18.1.1:8080";
+    let mut report = String::new();
+    for (tag, rule) in [
+        ("default", vec![]),
+        ("lowat", vec!["--notsent-lowat", "16K"]),
+    ] {
+        let server_out = dir.path().join(format!("server-{tag}"));
+        let mut sargs = vec![
+            "--listen",
+            "198.18.1.1:8080",
+            "--out",
+            server_out.to_str().unwrap(),
+        ];
+        sargs.extend(rule.iter().copied());
+        let (server, _) = start_server(Some(&bed.ns("snd")), &sargs);
+        // The idle round trip of a GET on a live connection: what a self probe takes with
+        // nothing ahead of it.
+        let idle_out = dir.path().join(format!("idle-{tag}"));
+        let res = rpm(
+            Some(&bed.ns("rcv")),
+            &[
+                "--idle",
+                "--interval",
+                "1s",
+                "-q",
+                "--out",
+                idle_out.to_str().unwrap(),
+                url,
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+        let idle_ms = finished_stage(&idle_out)["responsiveness"]["tm_http_l_ms"]
+            .as_f64()
+            .unwrap();
+        let queue_csv = dir.path().join(format!("queue-{tag}.csv"));
+        let mut trace = Running::spawn_program(
+            &common::testbed_bin().to_string_lossy(),
+            &[
+                "wan",
+                "queue-trace",
+                "--prefix",
+                &bed.prefix,
+                "--interval",
+                "5ms",
+                "--out",
+                queue_csv.to_str().unwrap(),
+            ],
+        );
+        trace.wait_line("sampling the bottleneck queue", Duration::from_secs(10));
+        let out = dir.path().join(format!("client-{tag}"));
+        let res = rpm(
+            Some(&bed.ns("rcv")),
+            &[
+                "-d",
+                "down",
+                "--interval",
+                "1s",
+                "--mad",
+                "2",
+                "--stage-limit",
+                "15s",
+                "--max-connections",
+                "4",
+                "-q",
+                "--out",
+                out.to_str().unwrap(),
+                url,
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+        trace.signal(nix::sys::signal::Signal::SIGTERM);
+        let traced = trace.wait(Duration::from_secs(10));
+        assert_eq!(traced.code(), Some(0), "queue-trace: {}", traced.stderr);
+        stop(server);
+        let samples = queue_samples(&queue_csv);
+        let joined = joined_self_probes(&out, &server_out);
+        // A response leaves the server's socket after its wait, crosses the one-way delay
+        // (20 ms, in wan before the bottleneck) and then waits behind the queue's backlog.
+        let mut added = 0.0;
+        let mut socket = 0.0;
+        let mut queue = 0.0;
+        let mut n = 0;
+        for j in &joined {
+            let at_queue = j.ready_unix_ns + (j.wait_ms * 1e6) as u64 + 20_000_000;
+            let Some(q) = queue_delay_at(&samples, at_queue) else {
+                continue;
+            };
+            let rest = j.rtt_ms - idle_ms - j.wait_ms - q;
+            report += &format!(
+                "{tag}: RTT {:.1} ms = idle {idle_ms:.1} + socket {:.1} ± {:.1} + queue {q:.1} + rest {rest:.1}\n",
+                j.rtt_ms, j.wait_ms, j.bound_ms
+            );
+            // The parts never exceed the whole: the wait (to its bound) and the queue (to
+            // a sample's spacing and the idle round trip's spread, 5 ms) are in the probe's
+            // round trip.
+            assert!(
+                rest >= -(j.bound_ms + 5.0),
+                "{tag}: socket and queue exceed the probe's added round trip\n{report}"
+            );
+            added += j.rtt_ms - idle_ms;
+            socket += j.wait_ms;
+            queue += q;
+            n += 1;
+        }
+        assert!(
+            n * 10 >= joined.len() * 9,
+            "{tag}: only {n} of {} probes fell within the queue trace",
+            joined.len()
+        );
+        let (added, socket, queue) = (added / n as f64, socket / n as f64, queue / n as f64);
+        let drops = queue_drops(&queue_csv);
+        report += &format!(
+            "{tag}: mean over {n} self probes: added {added:.1} ms = socket {socket:.1} + queue {queue:.1} + rest {:.1}; the bottleneck dropped {drops} packets\n",
+            added - socket - queue
+        );
+        assert_eq!(
+            drops, 0,
+            "{tag}: the capped flows overflowed the queue\n{report}"
+        );
+        // Each part is there: the bottleneck held a queue and, under the default, the
+        // server's socket held more than the queue did; together they are most of what a
+        // probe adds. The rest (a share that grows as each flow's share of the bottleneck
+        // shrinks) is not accounted for yet.
+        assert!(queue > 20.0, "{tag}: queue {queue:.1} ms\n{report}");
+        if tag == "default" {
+            assert!(socket > 2.0 * queue, "{report}");
+        }
+        assert!(
+            socket + queue >= 0.5 * added,
+            "{tag}: socket and queue are under half of the added round trip\n{report}"
+        );
+    }
+    eprint!("{report}");
 }

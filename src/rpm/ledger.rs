@@ -22,6 +22,9 @@ pub struct ProbeWait {
     pub connection: u64,
     /// When the response was ready, since the server started.
     pub ready_s: f64,
+    /// The same moment on CLOCK_REALTIME, ns (the clock of `testbed/wan queue-trace` and
+    /// sbm's other `*_ns` columns).
+    pub ready_unix_ns: u64,
     /// Unsent bytes in the socket at that moment.
     pub backlog_bytes: u32,
     /// The wait's midpoint, and half its bracket.

@@ -132,6 +132,8 @@ struct ConnStats {
 struct Shared {
     /// When the server started: probes.csv's clock.
     started: Instant,
+    /// CLOCK_REALTIME at `started`, ns: probes.csv's `ready_unix_ns`.
+    started_unix_ns: u64,
     probes: ProbeRecorder,
     large_size: u64,
     h2_send_buffer: usize,
@@ -217,6 +219,7 @@ async fn serve(args: ServerArgs, rule: EndpointRule) -> Result<i32, Failure> {
     );
     let shared = Arc::new(Shared {
         started: Instant::now(),
+        started_unix_ns: crate::clock::realtime_ns(),
         probes: ProbeRecorder::open(args.out.as_deref()).map_err(Failure::env)?,
         large_size: args.large_size,
         h2_send_buffer: args.h2_send_buffer as usize,
@@ -568,13 +571,12 @@ impl ProbeRecorder {
 
     fn record(&self, shared: &Shared, stats: &ConnStats, m: Measured) {
         let Some(w) = &self.writer else { return };
+        let since_start = m.ready.saturating_duration_since(shared.started);
         let row = ProbeWait {
             probe_id: m.probe_id,
             connection: stats.id.load(Ordering::Relaxed),
-            ready_s: m
-                .ready
-                .saturating_duration_since(shared.started)
-                .as_secs_f64(),
+            ready_s: since_start.as_secs_f64(),
+            ready_unix_ns: shared.started_unix_ns + since_start.as_nanos() as u64,
             backlog_bytes: m.backlog_bytes,
             socket_wait_ms: (m.lo_ms + m.hi_ms) / 2.0,
             bound_ms: (m.hi_ms - m.lo_ms) / 2.0,

@@ -5,6 +5,7 @@ pub mod cmd;
 pub mod hold;
 pub mod hostinfo;
 pub mod plan;
+pub mod queue_trace;
 pub mod shape;
 pub mod status;
 pub mod uml;
@@ -235,6 +236,25 @@ pub enum WanCmd {
     },
     /// Remove everything under the prefix (always succeeds).
     Down {
+        #[command(flatten)]
+        prefix: PrefixArg,
+    },
+    /// Sample the bottleneck queue (the kernel's backlog, packets, drops, bytes sent) every
+    /// --interval into a CSV, with CLOCK_REALTIME on each row, until SIGINT/SIGTERM or
+    /// --duration.
+    #[command(
+        after_help = "Examples:\n  testbed/wan queue-trace --out queue.csv &          # until SIGINT or SIGTERM\n  testbed/wan queue-trace --prefix slow --interval 5ms --duration 60s --out q.csv\n\nColumns: realtime_ns, backlog_bytes, qlen, drops, sent_bytes, sent_packets (the kernel's\ncounters of the queue under HTB's class, `tc -s qdisc`'s figures), backlog_over_rate_ms\n(the backlog's time to drain at the bed's rate, computed by sbm)."
+    )]
+    QueueTrace {
+        /// Time between samples.
+        #[arg(long, default_value = "10ms", value_parser = units::parse_duration)]
+        interval: Duration,
+        /// Stop after this long (default: at SIGINT or SIGTERM).
+        #[arg(long, value_parser = units::parse_duration)]
+        duration: Option<Duration>,
+        /// The CSV to write.
+        #[arg(long)]
+        out: std::path::PathBuf,
         #[command(flatten)]
         prefix: PrefixArg,
     },
@@ -493,6 +513,39 @@ fn run(cli: Cli) -> Result<i32, String> {
             for p in wan::down(&prefix.prefix) {
                 eprintln!("sbm-testbed: {p}");
             }
+            Ok(0)
+        }
+        Top::Wan(WanCmd::QueueTrace {
+            interval,
+            duration,
+            out,
+            prefix,
+        }) => {
+            let signals =
+                crate::signals::StopSignals::install().map_err(|e| format!("signalfd: {e}"))?;
+            let spec = queue_trace::TraceSpec {
+                prefix: prefix.prefix,
+                interval,
+                duration,
+                out,
+            };
+            // The first line on stdout, as sbm-rpm-server's "listening": scripts wait for it.
+            let s = queue_trace::trace(&spec, &mut || signals.take().is_some(), &mut |line| {
+                crate::say!("sbm-testbed wan queue-trace: {line}")
+            })
+            .map_err(|e| e.to_string())?;
+            eprintln!(
+                "sbm-testbed wan queue-trace: {} samples; peak backlog {} B ({:.1} ms at the rate); {} drops since the queue was made{}",
+                s.samples,
+                s.peak_backlog_bytes,
+                s.peak_over_rate_ms,
+                s.drops,
+                if s.missing > 0 {
+                    format!("; {} dumps found no queue (being replaced)", s.missing)
+                } else {
+                    String::new()
+                }
+            );
             Ok(0)
         }
         Top::Wan(WanCmd::Status { json, prefix }) => {
