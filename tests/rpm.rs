@@ -3,8 +3,8 @@
 //! 5 % (cleartext and TLS); a loaded run gives both directions, every probe row and the
 //! server's per-write rule at work; Debian's nginx serves the test (HTTP/2 and HTTP/1.1); a
 //! server that dies or never answers ends the test with the reason, never a hang; a self
-//! probe's added round trip holds the server's socket wait and the bottleneck queue (sampled
-//! by `testbed/wan queue-trace`), and most of it is those two.
+//! probe's round trip splits into the GET's way, the server's wait (its ledger) and the
+//! bottleneck queue (sampled by `testbed/wan queue-trace`), which never exceed it.
 
 mod common;
 
@@ -553,6 +553,13 @@ struct JoinedProbe {
     bound_ms: f64,
     /// When the response was ready at the server (CLOCK_REALTIME, ns).
     ready_unix_ns: u64,
+    /// The wait of the response's own bytes, its bound, and the bytes written between
+    /// ready and the flush that put the response in the socket.
+    own_ms: Option<f64>,
+    own_bound_ms: Option<f64>,
+    written_after_ready: Option<u64>,
+    /// When the client sent the GET (CLOCK_REALTIME, ns).
+    sent_unix_ns: Option<u64>,
 }
 
 /// Each answered self probe joined with the server's ledger.
@@ -574,6 +581,10 @@ fn joined_self_probes(client: &Path, server: &Path) -> Vec<JoinedProbe> {
                 wait_ms: w["socket_wait_ms"].parse().unwrap(),
                 bound_ms: w["bound_ms"].parse().unwrap(),
                 ready_unix_ns: w["ready_unix_ns"].parse().unwrap(),
+                own_ms: w["response_wait_ms"].parse().ok(),
+                own_bound_ms: w["response_bound_ms"].parse().ok(),
+                written_after_ready: num(w, "written_after_ready"),
+                sent_unix_ns: num(r, "sent_unix_ns"),
             })
         })
         .collect();
@@ -674,7 +685,7 @@ fn queue_delay_at(samples: &[(u64, f64)], t_ns: u64) -> Option<f64> {
 }
 
 #[test]
-fn a_self_probes_added_round_trip_holds_the_servers_socket_wait_and_the_bottleneck_queue() {
+fn a_self_probes_round_trip_splits_into_the_gets_way_the_servers_wait_and_the_bottleneck_queue() {
     let _g = serial();
     let bed = Bed::up("rpmq", &["--rate", "10mbit", "--rtt", "40ms"]);
     // The client's receive buffers capped at 64 KB, so that four flows fit in the path and
@@ -709,26 +720,6 @@ fn a_self_probes_added_round_trip_holds_the_servers_socket_wait_and_the_bottlene
         ];
         sargs.extend(rule.iter().copied());
         let (server, _) = start_server(Some(&bed.ns("snd")), &sargs);
-        // The idle round trip of a GET on a live connection: what a self probe takes with
-        // nothing ahead of it.
-        let idle_out = dir.path().join(format!("idle-{tag}"));
-        let res = rpm(
-            Some(&bed.ns("rcv")),
-            &[
-                "--idle",
-                "--interval",
-                "1s",
-                "-q",
-                "--out",
-                idle_out.to_str().unwrap(),
-                url,
-            ],
-            Duration::from_secs(60),
-        );
-        assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
-        let idle_ms = finished_stage(&idle_out)["responsiveness"]["tm_http_l_ms"]
-            .as_f64()
-            .unwrap();
         let queue_csv = dir.path().join(format!("queue-{tag}.csv"));
         let mut trace = Running::spawn_program(
             &common::testbed_bin().to_string_lossy(),
@@ -774,59 +765,82 @@ fn a_self_probes_added_round_trip_holds_the_servers_socket_wait_and_the_bottlene
         let joined = joined_self_probes(&out, &server_out);
         // A response leaves the server's socket after its wait, crosses the one-way delay
         // (20 ms, in wan before the bottleneck) and then waits behind the queue's backlog.
-        let mut added = 0.0;
-        let mut socket = 0.0;
-        let mut queue = 0.0;
-        let mut n = 0;
+        // The round trip, leg by leg, on one clock: the GET's way to the server (sent →
+        // ready), the response's wait in the server (ready → its own bytes left the
+        // socket: HTTP/2's buffer and the socket), the one-way delay (20 ms, in wan before
+        // the bottleneck), the bottleneck queue it met, and the rest (to the client's read).
+        let mut legs = Vec::new();
         for j in &joined {
-            let at_queue = j.ready_unix_ns + (j.wait_ms * 1e6) as u64 + 20_000_000;
+            let (Some(sent), Some(own)) = (j.sent_unix_ns, j.own_ms) else {
+                continue;
+            };
+            let at_queue = j.ready_unix_ns + (own * 1e6) as u64 + 20_000_000;
             let Some(q) = queue_delay_at(&samples, at_queue) else {
                 continue;
             };
-            let rest = j.rtt_ms - idle_ms - j.wait_ms - q;
+            let up = (j.ready_unix_ns as f64 - sent as f64) / 1e6;
+            let rest = j.rtt_ms - up - own - 20.0 - q;
             report += &format!(
-                "{tag}: RTT {:.1} ms = idle {idle_ms:.1} + socket {:.1} ± {:.1} + queue {q:.1} + rest {rest:.1}\n",
-                j.rtt_ms, j.wait_ms, j.bound_ms
+                "{tag}: RTT {:.1} ms = up {up:.1} + server {own:.1} (bytes ahead {:.1} ± {:.1}; {} B written after ready) + 20 + queue {q:.1} + rest {rest:.1}\n",
+                j.rtt_ms,
+                j.wait_ms,
+                j.bound_ms,
+                j.written_after_ready.unwrap_or(0)
             );
-            // The parts never exceed the whole: the wait (to its bound) and the queue (to
-            // a sample's spacing and the idle round trip's spread, 5 ms) are in the probe's
-            // round trip.
+            // The response's own bytes leave no earlier than the bytes ahead of it.
             assert!(
-                rest >= -(j.bound_ms + 5.0),
-                "{tag}: socket and queue exceed the probe's added round trip\n{report}"
+                own + j.own_bound_ms.unwrap_or(0.0) >= j.wait_ms - j.bound_ms,
+                "{tag}: own {own} ms before the bytes ahead ({} ms)\n{report}",
+                j.wait_ms
             );
-            added += j.rtt_ms - idle_ms;
-            socket += j.wait_ms;
-            queue += q;
-            n += 1;
+            // The parts never exceed the whole (to the waits' bounds and the queue
+            // sample's spacing, 5 ms).
+            assert!(
+                rest >= -(j.own_bound_ms.unwrap_or(0.0) + 5.0),
+                "{tag}: the legs exceed the probe's round trip\n{report}"
+            );
+            legs.push((j.rtt_ms, up, own, q, rest));
         }
         assert!(
-            n * 10 >= joined.len() * 9,
-            "{tag}: only {n} of {} probes fell within the queue trace",
+            legs.len() * 10 >= joined.len() * 9,
+            "{tag}: only {} of {} probes have every leg",
+            legs.len(),
             joined.len()
         );
-        let (added, socket, queue) = (added / n as f64, socket / n as f64, queue / n as f64);
+        let mean = |k: fn(&(f64, f64, f64, f64, f64)) -> f64| {
+            legs.iter().map(k).sum::<f64>() / legs.len() as f64
+        };
+        let (rtt, up, own, queue, rest) = (
+            mean(|l| l.0),
+            mean(|l| l.1),
+            mean(|l| l.2),
+            mean(|l| l.3),
+            mean(|l| l.4),
+        );
         let drops = queue_drops(&queue_csv);
         report += &format!(
-            "{tag}: mean over {n} self probes: added {added:.1} ms = socket {socket:.1} + queue {queue:.1} + rest {:.1}; the bottleneck dropped {drops} packets\n",
-            added - socket - queue
+            "{tag}: mean over {} self probes: RTT {rtt:.1} ms = up {up:.1} + server {own:.1} + 20 + queue {queue:.1} + rest {rest:.1}; the bottleneck dropped {drops} packets\n",
+            legs.len()
         );
         assert_eq!(
             drops, 0,
             "{tag}: the capped flows overflowed the queue\n{report}"
         );
+        // The GET's way is the path's one-way delay (the upload is not shaped): the two
+        // programs' clocks agree.
+        let ups: Vec<f64> = legs.iter().map(|l| l.1).collect();
+        let up_median = median(ups);
+        assert!(
+            (19.0..=25.0).contains(&up_median),
+            "{tag}: the GET took {up_median:.1} ms to the server\n{report}"
+        );
         // Each part is there: the bottleneck held a queue and, under the default, the
-        // server's socket held more than the queue did; together they are most of what a
-        // probe adds. The rest (a share that grows as each flow's share of the bottleneck
-        // shrinks) is not accounted for yet.
+        // server held the response longer than the queue did. The rest is not accounted
+        // for yet.
         assert!(queue > 20.0, "{tag}: queue {queue:.1} ms\n{report}");
         if tag == "default" {
-            assert!(socket > 2.0 * queue, "{report}");
+            assert!(own > 2.0 * queue, "{report}");
         }
-        assert!(
-            socket + queue >= 0.5 * added,
-            "{tag}: socket and queue are under half of the added round trip\n{report}"
-        );
     }
     eprint!("{report}");
 }

@@ -492,6 +492,8 @@ struct ProbeDone {
     tcp_ms: Option<f64>,
     tls_ms: Option<f64>,
     http_ms: Option<f64>,
+    /// When the self probe's GET was sent (CLOCK_REALTIME, ns).
+    sent_unix_ns: Option<u64>,
     srtt_substitute: bool,
     error: Option<String>,
 }
@@ -624,6 +626,7 @@ async fn foreign_probe(
         tcp_ms: None,
         tls_ms: None,
         http_ms: None,
+        sent_unix_ns: None,
         srtt_substitute: false,
         error: None,
     };
@@ -661,11 +664,13 @@ async fn self_probe(
         tcp_ms: None,
         tls_ms: None,
         http_ms: None,
+        sent_unix_ns: None,
         srtt_substitute: false,
         error: None,
     };
     match &conn.sender {
         Sender::H2(_) => {
+            p.sent_unix_ns = Some(crate::clock::realtime_ns());
             match connect::get_all(&ep, &conn.sender, conn.version, &small, Some(&p.probe_id)).await
             {
                 Ok((ms, _)) => p.http_ms = Some(ms),
@@ -1024,6 +1029,7 @@ fn timed_out(
         tcp_ms: None,
         tls_ms: None,
         http_ms: None,
+        sent_unix_ns: None,
         srtt_substitute: false,
         error: Some(format!("no answer within {t:?}")),
     }
@@ -1068,6 +1074,7 @@ fn probe_row(stage: StageName, interval: usize, p: &ProbeDone) -> ProbeRow {
         tcp_ms: p.tcp_ms,
         tls_ms: p.tls_ms,
         http_ms: p.http_ms,
+        sent_unix_ns: p.sent_unix_ns,
         srtt_substitute: p.srtt_substitute,
         error: p.error.clone().unwrap_or_default(),
     }

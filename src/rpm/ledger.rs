@@ -30,13 +30,21 @@ pub struct ProbeWait {
     /// The wait's midpoint, and half its bracket.
     pub socket_wait_ms: f64,
     pub bound_ms: f64,
+    /// The wait of the response's own bytes: from ready until the socket's bytes up to
+    /// the first flush after HTTP/2 took the response's body had left (so HTTP/2's buffer
+    /// above the socket is in it; bytes written in that flush after the response are too).
+    /// Its midpoint and half its bracket; empty when the connection ended first.
+    pub response_wait_ms: Option<f64>,
+    pub response_bound_ms: Option<f64>,
+    /// Bytes written to the socket between ready and that flush.
+    pub written_after_ready: Option<u64>,
 }
 
 /// A connection's probes whose backlog has not yet left.
 #[derive(Debug, Default)]
 pub struct PendingProbes {
-    /// (id, ready, offset to pass, backlog at ready)
-    pending: VecDeque<(String, Instant, u64, u32)>,
+    /// (id, ready, known: when the offset was known, offset to pass, backlog then)
+    pending: VecDeque<(String, Instant, Instant, u64, u32)>,
     /// The clock before the last sample that had not passed the front's offset.
     last_before: Option<Instant>,
 }
@@ -65,19 +73,34 @@ impl PendingProbes {
         written: u64,
         backlog: u32,
     ) -> Option<Measured> {
+        self.offset_known(id, ready, ready, written, backlog)
+    }
+
+    /// The wait of a probe ready at `ready` until the socket's first `offset` bytes have
+    /// left, that offset known only at `known` (when `backlog` of them were unsent): the
+    /// wait is at least `known − ready`, and with no backlog then it is exactly that.
+    pub fn offset_known(
+        &mut self,
+        id: String,
+        ready: Instant,
+        known: Instant,
+        offset: u64,
+        backlog: u32,
+    ) -> Option<Measured> {
         if backlog == 0 {
+            let ms = known.saturating_duration_since(ready).as_secs_f64() * 1e3;
             return Some(Measured {
                 probe_id: id,
                 ready,
                 backlog_bytes: 0,
-                lo_ms: 0.0,
-                hi_ms: 0.0,
+                lo_ms: ms,
+                hi_ms: ms,
             });
         }
         if self.pending.is_empty() {
-            self.last_before = Some(ready);
+            self.last_before = Some(known);
         }
-        self.pending.push_back((id, ready, written, backlog));
+        self.pending.push_back((id, ready, known, offset, backlog));
         None
     }
 
@@ -85,12 +108,12 @@ impl PendingProbes {
     /// Returns the probes whose offset it has passed.
     pub fn sample(&mut self, before: Instant, after: Instant, sent: u64) -> Vec<Measured> {
         let mut done = Vec::new();
-        while let Some((_, _, offset, _)) = self.pending.front() {
+        while let Some((_, _, _, offset, _)) = self.pending.front() {
             if *offset > sent {
                 break;
             }
-            let (id, ready, _, backlog) = self.pending.pop_front().expect("front");
-            let lo = self.last_before.unwrap_or(ready).max(ready);
+            let (id, ready, known, _, backlog) = self.pending.pop_front().expect("front");
+            let lo = self.last_before.unwrap_or(known).max(known);
             let ms = |t: Instant| t.saturating_duration_since(ready).as_secs_f64() * 1e3;
             done.push(Measured {
                 probe_id: id,
@@ -124,6 +147,20 @@ mod tests {
         assert_eq!(done.len(), 1);
         assert_eq!((done[0].lo_ms, done[0].hi_ms), (5.0, 10.0));
         assert!(p.is_empty());
+    }
+
+    #[test]
+    fn an_offset_known_late_waits_at_least_from_ready_until_then() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut p = PendingProbes::default();
+        // Ready at 0, its offset known at 7 ms with nothing unsent: 7 ms exactly.
+        let m = p.offset_known("a".into(), t0, ms(7), 900, 0).unwrap();
+        assert_eq!((m.lo_ms, m.hi_ms), (7.0, 7.0));
+        // Known at 7 ms with a backlog: a sample read from 3 ms on cannot start it earlier.
+        assert_eq!(p.offset_known("b".into(), t0, ms(7), 2_000, 100), None);
+        let done = p.sample(ms(3), ms(12), 2_000);
+        assert_eq!((done[0].lo_ms, done[0].hi_ms), (7.0, 12.0));
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub struct ProbeRow {
     pub tcp_ms: Option<f64>,
     pub tls_ms: Option<f64>,
     pub http_ms: Option<f64>,
+    /// When a self probe's GET was sent (CLOCK_REALTIME, ns): with the server's
+    /// probes.csv `ready_unix_ns`, the request's way to the server.
+    pub sent_unix_ns: Option<u64>,
     /// http_ms is tcp_info's sRTT of an HTTP/1.1 connection, not a GET.
     pub srtt_substitute: bool,
     pub error: String,

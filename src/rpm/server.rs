@@ -8,6 +8,7 @@
 //! bytes, protocol and final tcp_info go to `connections.csv` under `--out` when the
 //! connection ends, so nothing is lost if the server is stopped.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -127,6 +128,40 @@ struct ConnStats {
     written: Arc<AtomicU64>,
     /// A second descriptor of the socket, for SIOCOUTQNSD while hyper owns it.
     socket: Option<OwnedFd>,
+    /// Writes to the socket that took bytes (published by `Tracked`).
+    writes: AtomicU64,
+    /// Probe responses whose body HTTP/2 has taken, waiting for the socket's next flush
+    /// after a write; then their own offset is known (`Tracked::responses_flushed`).
+    handed: Mutex<Vec<Handed>>,
+    /// The probes whose response's own bytes have not yet left (`rpm::ledger`).
+    responses: Mutex<PendingProbes>,
+    /// Each probe's two waits as they complete: a row is written when both are known.
+    halves: Mutex<HashMap<String, Halves>>,
+}
+
+/// A probe's response, taken by HTTP/2.
+#[derive(Debug, Clone)]
+struct Handed {
+    id: String,
+    ready: Instant,
+    written_at_ready: u64,
+    /// `ConnStats::writes` when HTTP/2 took the body: a flush counts only after a later write.
+    writes_then: u64,
+}
+
+/// A probe's waits: for the bytes ahead of it, and for its own bytes (with the bytes
+/// written between ready and its flush).
+#[derive(Debug, Default)]
+struct Halves {
+    ahead: Option<Measured>,
+    response: Option<Measured>,
+    written_after_ready: Option<u64>,
+}
+
+impl Halves {
+    fn complete(&self) -> bool {
+        self.ahead.is_some() && self.response.is_some()
+    }
 }
 
 struct Shared {
@@ -296,6 +331,10 @@ async fn serve_connection(
         probe_arrived: tokio::sync::Notify::new(),
         written: written.clone(),
         socket: nix::unistd::dup(ruled.get_ref().as_fd()).ok(),
+        writes: AtomicU64::new(0),
+        handed: Mutex::new(Vec::new()),
+        responses: Mutex::new(PendingProbes::default()),
+        halves: Mutex::new(HashMap::new()),
     });
     let sampler = tokio::spawn(sample_probes(stats.clone(), shared.clone()));
     let lowat_sets = Arc::new(AtomicU64::new(0));
@@ -305,6 +344,8 @@ async fn serve_connection(
         written: written.clone(),
         lowat_sets: lowat_sets.clone(),
         last_info: last_info.clone(),
+        stats: stats.clone(),
+        shared: shared.clone(),
     };
     let service = {
         let stats = stats.clone();
@@ -331,6 +372,18 @@ async fn serve_connection(
             .map_err(|e| e.to_string()),
     };
     sampler.abort();
+    // Probes whose own bytes had not left when the connection ended: their row, without
+    // the response's wait.
+    let left: Vec<Halves> = stats
+        .halves
+        .lock()
+        .expect("not poisoned")
+        .drain()
+        .map(|(_, h)| h)
+        .collect();
+    for h in left {
+        shared.probes.record(&shared, &stats, h);
+    }
     let info: Option<TcpInfo> = last_info.lock().expect("not poisoned").take();
     let http = stats.http.lock().expect("not poisoned").clone();
     ConnectionRow {
@@ -356,6 +409,9 @@ struct Tracked {
     written: Arc<AtomicU64>,
     lowat_sets: Arc<AtomicU64>,
     last_info: Arc<Mutex<Option<TcpInfo>>>,
+    /// For the probes' own offsets at each flush.
+    stats: Arc<ConnStats>,
+    shared: Arc<Shared>,
 }
 
 impl Drop for Tracked {
@@ -385,6 +441,9 @@ impl tokio::io::AsyncWrite for Tracked {
     ) -> std::task::Poll<std::io::Result<usize>> {
         let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
         self.publish();
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        }
         r
     }
 
@@ -392,7 +451,11 @@ impl tokio::io::AsyncWrite for Tracked {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+        let r = std::pin::Pin::new(&mut self.inner).poll_flush(cx);
+        if matches!(r, std::task::Poll::Ready(Ok(()))) {
+            self.responses_flushed();
+        }
+        r
     }
 
     fn poll_shutdown(
@@ -404,6 +467,45 @@ impl tokio::io::AsyncWrite for Tracked {
 }
 
 impl Tracked {
+    /// A flush completed: every probe response HTTP/2 took before a write since is in the
+    /// socket now, so its own bytes end at or before what has been written.
+    fn responses_flushed(&self) {
+        let writes = self.stats.writes.load(Ordering::Relaxed);
+        let flushed: Vec<Handed> = {
+            let mut handed = self.stats.handed.lock().expect("not poisoned");
+            if handed.is_empty() {
+                return;
+            }
+            let (flushed, keep) = handed.drain(..).partition(|h| h.writes_then < writes);
+            *handed = keep;
+            flushed
+        };
+        let Some(fd) = &self.stats.socket else { return };
+        let now = Instant::now();
+        let written = self.inner.written();
+        let backlog = sys::outq_notsent(fd.as_fd()).unwrap_or(0);
+        for h in flushed {
+            let after = written.saturating_sub(h.written_at_ready);
+            self.stats
+                .halves
+                .lock()
+                .expect("not poisoned")
+                .entry(h.id.clone())
+                .or_default()
+                .written_after_ready = Some(after);
+            let done = self
+                .stats
+                .responses
+                .lock()
+                .expect("not poisoned")
+                .offset_known(h.id, h.ready, now, written, backlog);
+            match done {
+                Some(m) => response_done(&self.stats, &self.shared, m),
+                None => self.stats.probe_arrived.notify_one(),
+            }
+        }
+    }
+
     fn publish(&self) {
         self.written.store(self.inner.written(), Ordering::Relaxed);
         self.lowat_sets
@@ -416,9 +518,9 @@ impl Tracked {
 pub const PROBE_HEADER: &str = "x-sbm-probe";
 
 /// A self probe's response is ready: its wait starts now, behind every byte already
-/// written to the socket.
-fn probe_ready(stats: &ConnStats, shared: &Shared, id: String) {
-    let Some(fd) = &stats.socket else { return };
+/// written to the socket. Returns what the response's body announces when HTTP/2 takes it.
+fn probe_ready(stats: &Arc<ConnStats>, shared: &Shared, id: String) -> Option<Handed> {
+    let fd = stats.socket.as_ref()?;
     let now = Instant::now();
     let written = stats.written.load(Ordering::Relaxed);
     let backlog = sys::outq_notsent(fd.as_fd()).unwrap_or(0);
@@ -426,10 +528,70 @@ fn probe_ready(stats: &ConnStats, shared: &Shared, id: String) {
         .pending
         .lock()
         .expect("not poisoned")
-        .ready(id, now, written, backlog);
+        .ready(id.clone(), now, written, backlog);
     match done {
-        Some(m) => shared.probes.record(shared, stats, m),
+        Some(m) => ahead_done(stats, shared, m),
         None => stats.probe_arrived.notify_one(),
+    }
+    Some(Handed {
+        id,
+        ready: now,
+        written_at_ready: written,
+        writes_then: 0,
+    })
+}
+
+/// One of a probe's waits is known; its row is written when both are.
+fn half_done(stats: &ConnStats, shared: &Shared, id: &str, set: impl FnOnce(&mut Halves)) {
+    let mut halves = stats.halves.lock().expect("not poisoned");
+    let h = halves.entry(id.to_string()).or_default();
+    set(h);
+    if h.complete() {
+        let h = halves.remove(id).expect("there");
+        shared.probes.record(shared, stats, h);
+    }
+}
+
+/// The bytes ahead of a probe have left.
+fn ahead_done(stats: &ConnStats, shared: &Shared, m: Measured) {
+    let id = m.probe_id.clone();
+    half_done(stats, shared, &id, |h| h.ahead = Some(m));
+}
+
+/// A probe's own bytes have left.
+fn response_done(stats: &ConnStats, shared: &Shared, m: Measured) {
+    let id = m.probe_id.clone();
+    half_done(stats, shared, &id, |h| h.response = Some(m));
+}
+
+/// A self probe's response body: when HTTP/2 first polls it, the response is on its way to
+/// the socket, and the connection's next flush after a write puts it there.
+struct ProbeBody {
+    inner: Full<Bytes>,
+    announce: Option<(Arc<ConnStats>, Handed)>,
+}
+
+impl hyper::body::Body for ProbeBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        if let Some((stats, mut handed)) = self.announce.take() {
+            handed.writes_then = stats.writes.load(Ordering::Relaxed);
+            stats.handed.lock().expect("not poisoned").push(handed);
+        }
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -437,7 +599,9 @@ fn probe_ready(stats: &ConnStats, shared: &Shared, id: String) {
 async fn sample_probes(stats: Arc<ConnStats>, shared: Arc<Shared>) {
     let Some(fd) = &stats.socket else { return };
     loop {
-        if stats.pending.lock().expect("not poisoned").is_empty() {
+        let idle = stats.pending.lock().expect("not poisoned").is_empty()
+            && stats.responses.lock().expect("not poisoned").is_empty();
+        if idle {
             stats.probe_arrived.notified().await;
         }
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
@@ -450,13 +614,21 @@ async fn sample_probes(stats: Arc<ConnStats>, shared: Arc<Shared>) {
         };
         let after = Instant::now();
         let sent = written.saturating_sub(u64::from(notsent));
-        let done = stats
+        let ahead = stats
             .pending
             .lock()
             .expect("not poisoned")
             .sample(before, after, sent);
-        for m in done {
-            shared.probes.record(&shared, &stats, m);
+        for m in ahead {
+            ahead_done(&stats, &shared, m);
+        }
+        let own = stats
+            .responses
+            .lock()
+            .expect("not poisoned")
+            .sample(before, after, sent);
+        for m in own {
+            response_done(&stats, &shared, m);
         }
     }
 }
@@ -516,7 +688,18 @@ async fn handle(
                 .get(PROBE_HEADER)
                 .and_then(|v| v.to_str().ok())
             {
-                probe_ready(&stats, &shared, id.to_string());
+                let handed = probe_ready(&stats, &shared, id.to_string());
+                return Ok(Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/octet-stream")
+                    .body(
+                        ProbeBody {
+                            inner: Full::new(Bytes::from_static(b"x")),
+                            announce: handed.map(|h| (stats.clone(), h)),
+                        }
+                        .boxed(),
+                    )
+                    .expect("a valid response"));
             }
             full(StatusCode::OK, "application/octet-stream", "x")
         }
@@ -569,8 +752,10 @@ impl ProbeRecorder {
         Ok(ProbeRecorder { writer })
     }
 
-    fn record(&self, shared: &Shared, stats: &ConnStats, m: Measured) {
+    /// A probe's row; a probe whose bytes ahead never left (the connection ended) has none.
+    fn record(&self, shared: &Shared, stats: &ConnStats, halves: Halves) {
         let Some(w) = &self.writer else { return };
+        let Some(m) = halves.ahead else { return };
         let since_start = m.ready.saturating_duration_since(shared.started);
         let row = ProbeWait {
             probe_id: m.probe_id,
@@ -580,6 +765,9 @@ impl ProbeRecorder {
             backlog_bytes: m.backlog_bytes,
             socket_wait_ms: (m.lo_ms + m.hi_ms) / 2.0,
             bound_ms: (m.hi_ms - m.lo_ms) / 2.0,
+            response_wait_ms: halves.response.as_ref().map(|r| (r.lo_ms + r.hi_ms) / 2.0),
+            response_bound_ms: halves.response.as_ref().map(|r| (r.hi_ms - r.lo_ms) / 2.0),
+            written_after_ready: halves.written_after_ready,
         };
         let mut w = w.lock().expect("not poisoned");
         if let Err(e) = w
