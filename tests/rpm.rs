@@ -597,6 +597,43 @@ fn joined_self_probes(client: &Path, server: &Path) -> Vec<JoinedProbe> {
     joined
 }
 
+/// sbm-rpm-server in the bed's sender with `--out` and a rule.
+fn start_ledger_server(bed: &Bed, out: &Path, rule: &[&str]) -> Running {
+    let mut args = vec![
+        "--listen",
+        "198.18.1.1:8080",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(rule);
+    start_server(Some(&bed.ns("snd")), &args).0
+}
+
+/// A download-only run from the bed's receiver with four flows, at most 15 s, into `out`.
+fn loaded_download(bed: &Bed, out: &Path) {
+    let res = rpm(
+        Some(&bed.ns("rcv")),
+        &[
+            "-d",
+            "down",
+            "--interval",
+            "1s",
+            "--mad",
+            "2",
+            "--stage-limit",
+            "15s",
+            "--max-connections",
+            "4",
+            "-q",
+            "--out",
+            out.to_str().unwrap(),
+            "http://198.18.1.1:8080",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+}
+
 #[test]
 fn the_servers_ledger_times_each_self_probes_wait_in_its_socket() {
     let _g = serial();
@@ -608,36 +645,9 @@ fn the_servers_ledger_times_each_self_probes_wait_in_its_socket() {
         ("lowat", vec!["--notsent-lowat", "16K"]),
     ] {
         let server_out = dir.path().join(format!("server-{tag}"));
-        let mut sargs = vec![
-            "--listen",
-            "198.18.1.1:8080",
-            "--out",
-            server_out.to_str().unwrap(),
-        ];
-        sargs.extend(rule.iter().copied());
-        let (server, _) = start_server(Some(&bed.ns("snd")), &sargs);
+        let server = start_ledger_server(&bed, &server_out, &rule);
         let out = dir.path().join(format!("client-{tag}"));
-        let res = rpm(
-            Some(&bed.ns("rcv")),
-            &[
-                "-d",
-                "down",
-                "--interval",
-                "1s",
-                "--mad",
-                "2",
-                "--stage-limit",
-                "15s",
-                "--max-connections",
-                "4",
-                "-q",
-                "--out",
-                out.to_str().unwrap(),
-                "http://198.18.1.1:8080",
-            ],
-            Duration::from_secs(60),
-        );
-        assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+        loaded_download(&bed, &out);
         stop(server);
         let joined = joined_self_probes(&out, &server_out);
         // The wait in the server's socket is part of the probe's round trip.
@@ -705,21 +715,13 @@ fn a_self_probes_round_trip_splits_into_the_gets_way_the_servers_wait_and_the_bo
     );
     assert!(cap.status.success(), "{}", cap.stderr);
     let dir = tempdir("rpm-agree");
-    let url = "http://198.18.1.1:8080";
     let mut report = String::new();
     for (tag, rule) in [
         ("default", vec![]),
         ("lowat", vec!["--notsent-lowat", "16K"]),
     ] {
         let server_out = dir.path().join(format!("server-{tag}"));
-        let mut sargs = vec![
-            "--listen",
-            "198.18.1.1:8080",
-            "--out",
-            server_out.to_str().unwrap(),
-        ];
-        sargs.extend(rule.iter().copied());
-        let (server, _) = start_server(Some(&bed.ns("snd")), &sargs);
+        let server = start_ledger_server(&bed, &server_out, &rule);
         let queue_csv = dir.path().join(format!("queue-{tag}.csv"));
         let mut trace = Running::spawn_program(
             &common::testbed_bin().to_string_lossy(),
@@ -736,27 +738,7 @@ fn a_self_probes_round_trip_splits_into_the_gets_way_the_servers_wait_and_the_bo
         );
         trace.wait_line("sampling the bottleneck queue", Duration::from_secs(10));
         let out = dir.path().join(format!("client-{tag}"));
-        let res = rpm(
-            Some(&bed.ns("rcv")),
-            &[
-                "-d",
-                "down",
-                "--interval",
-                "1s",
-                "--mad",
-                "2",
-                "--stage-limit",
-                "15s",
-                "--max-connections",
-                "4",
-                "-q",
-                "--out",
-                out.to_str().unwrap(),
-                url,
-            ],
-            Duration::from_secs(60),
-        );
-        assert_eq!(res.code(), Some(0), "{}{}", res.stdout, res.stderr);
+        loaded_download(&bed, &out);
         trace.signal(nix::sys::signal::Signal::SIGTERM);
         let traced = trace.wait(Duration::from_secs(10));
         assert_eq!(traced.code(), Some(0), "queue-trace: {}", traced.stderr);

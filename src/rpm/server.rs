@@ -552,6 +552,9 @@ fn half_done(stats: &ConnStats, shared: &Shared, id: &str, set: impl FnOnce(&mut
     }
 }
 
+/// What is done with a wait when the sampler sees it end.
+type WaitDone = fn(&ConnStats, &Shared, Measured);
+
 /// The bytes ahead of a probe have left.
 fn ahead_done(stats: &ConnStats, shared: &Shared, m: Measured) {
     let id = m.probe_id.clone();
@@ -614,21 +617,20 @@ async fn sample_probes(stats: Arc<ConnStats>, shared: Arc<Shared>) {
         };
         let after = Instant::now();
         let sent = written.saturating_sub(u64::from(notsent));
-        let ahead = stats
-            .pending
-            .lock()
-            .expect("not poisoned")
-            .sample(before, after, sent);
-        for m in ahead {
-            ahead_done(&stats, &shared, m);
-        }
-        let own = stats
-            .responses
-            .lock()
-            .expect("not poisoned")
-            .sample(before, after, sent);
-        for m in own {
-            response_done(&stats, &shared, m);
+        // The bytes ahead of each probe first, then its own: a row is written once both
+        // have left, and the same sample may pass both.
+        let ledgers: [(&Mutex<PendingProbes>, WaitDone); 2] = [
+            (&stats.pending, ahead_done),
+            (&stats.responses, response_done),
+        ];
+        for (ledger, done) in ledgers {
+            let passed = ledger
+                .lock()
+                .expect("not poisoned")
+                .sample(before, after, sent);
+            for m in passed {
+                done(&stats, &shared, m);
+            }
         }
     }
 }
