@@ -288,14 +288,7 @@ fn a_sequential_loaded_run_measures_both_directions_and_the_servers_rule_acts_pe
     for (rule, per_write) in [(vec![], false), (vec!["--lowat-per-write", "5ms"], true)] {
         let tag = if per_write { "lowat" } else { "default" };
         let server_out = dir.path().join(format!("server-{tag}"));
-        let mut sargs = vec![
-            "--listen",
-            "198.18.1.1:8080",
-            "--out",
-            server_out.to_str().unwrap(),
-        ];
-        sargs.extend(rule.iter().copied());
-        let (server, _) = start_server(Some(&bed.ns("snd")), &sargs);
+        let server = start_ledger_server(&bed, &server_out, &rule);
         let out = dir.path().join(format!("client-{tag}"));
         let res = rpm(
             Some(&bed.ns("rcv")),
