@@ -463,12 +463,13 @@ impl<'a> Sender<'a> {
         };
         let span = end.saturating_sub(self.interval.start);
         let acked = delta(info.bytes_acked, p.bytes_acked).unwrap_or(0);
+        let row_was_warmup = self.interval.start < self.cfg.warmup;
         let sojourn = self.interval.sojourn.percentiles();
         let bbr = self.bbr_info();
         let row = IntervalRow {
             start_s: self.interval.start.as_secs_f64(),
             end_s: end.as_secs_f64(),
-            warmup: self.interval.start < self.cfg.warmup,
+            warmup: row_was_warmup,
             bytes_written: self.interval.tally.bytes_written,
             bytes_acked: acked,
             goodput_bps: units::bits_per_second(acked, span),
@@ -541,6 +542,16 @@ impl<'a> Sender<'a> {
             .map_err(EndReason::local)?;
         self.note_edge_stall(&row, &info);
         self.intervals.push(row);
+        // The first row after the warm-up starts from this reading's acked count. The mark
+        // read the bytes sent a moment earlier, and on a fast path more may have been sent
+        // and acknowledged in between: goodput starts no lower than the rows do, so that it
+        // is never more than they acknowledged.
+        if row_was_warmup && end >= self.cfg.warmup {
+            let acked = self.data_acked(&info);
+            if let Some((_, sent)) = &mut self.warmup_mark {
+                *sent = (*sent).max(acked);
+            }
+        }
         self.prev_info = info;
         self.interval = IntervalAcc {
             start: end,
