@@ -26,9 +26,19 @@ pub fn usize_at(b: &[u8], off: usize) -> Option<usize> {
     bytes(b, off).map(usize::from_ne_bytes)
 }
 
+/// `n` rounded up to netlink's 4-byte alignment (NLMSG_ALIGN, NLA_ALIGN).
+pub fn align4(n: usize) -> usize {
+    (n + 3) & !3
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn netlink_alignment_rounds_up_to_four() {
+        assert_eq!([0, 1, 3, 4, 5, 8].map(align4), [0, 4, 4, 4, 8, 8]);
+    }
 
     #[test]
     fn reads_within_and_none_past_the_end() {

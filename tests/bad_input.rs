@@ -29,6 +29,7 @@ fn program(name: &str) -> String {
         | "scripts/instrument-cost"
         | "scripts/soak"
         | "scripts/uml-alarm-trace"
+        | "scripts/bbr-mechanism"
         | "scripts/displaced-stamps"
         | "scripts/timestamp-sources"
         | "scripts/small-write-segments"
@@ -381,6 +382,13 @@ const CASES: &[Case] = &[
     ("scripts/uml-alarm-trace", &["analyze", "/nonexistent"], 2, "no trace at"),
     ("scripts/uml-alarm-trace", &["record", "x", "--minutes", "-1"], 2, "--minutes"),
     ("scripts/uml-alarm-trace", &["ring", "/nonexistent"], 2, "no console at"),
+    ("scripts/bbr-mechanism", &[], 2, "cmd"),
+    ("scripts/bbr-mechanism", &["acks", "/nonexistent"], 2, "not a directory"),
+    ("scripts/bbr-mechanism", &["seconds", "/"], 2, "no trace"),
+    ("scripts/bbr-mechanism", &["acks", "/", "--bogus"], 2, "--bogus"),
+    ("testbed/uml", &["run", "--out", "/tmp/x", "--trace-event", "bbr", "--", "true"], 2, "SYSTEM:EVENT"),
+    ("testbed/uml", &["run", "--out", "/tmp/x", "--trace-event", "tcp_bbr:bbr_ack", "--trace-buffer-kb", "8", "--", "true"], 2, "--trace-buffer-kb"),
+    ("testbed/uml", &["run", "--out", "/tmp/x", "--trace-buffer-kb", "1024", "--", "true"], 2, "--trace-event"),
     ("scripts/displaced-stamps", &["--bogus"], 2, "--bogus"),
     ("scripts/displaced-stamps", &["--reps", "0"], 2, "--reps"),
     ("scripts/displaced-stamps", &["--sizes", ","], 2, "--sizes"),

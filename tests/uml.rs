@@ -1799,7 +1799,8 @@ fn bbr_vm_cells_of_both_contention_models_with_two_flows() {
          [uml]\ncpu_period = \"10ms\"\n\
          [axes]\nrate = [\"20mbit\"]\nconfig = [\"two\"]\ncc = [\"bbr\"]\n\
          sender_kernel = [\"uml\"]\ncpu_quota = [50]\ncpu_slices = [50]\n\
-         [configs.two]\nargs = [\"--light\", \"-P\", \"2\"]\n",
+         [configs.two]\nargs = [\"--light\", \"-P\", \"2\"]\n\
+         guest_trace_events = [\"tcp_bbr:bbr_ack\"]\n",
     )
     .unwrap();
     let out = dir.join("run");
@@ -1860,6 +1861,7 @@ fn bbr_vm_cells_of_both_contention_models_with_two_flows() {
             assert_eq!(s["share_pct"], 50, "{s}");
             assert!(s["periods"].as_u64().unwrap() >= 500, "{s}");
         }
+        bbr_trace_claims(model, &cell, &record);
         for flow in ["flow-1", "flow-2"] {
             let intervals = read_csv(&cell.join(flow).join("intervals.csv"));
             assert!(
@@ -1872,6 +1874,110 @@ fn bbr_vm_cells_of_both_contention_models_with_two_flows() {
             );
         }
     }
+}
+
+/// A cell whose guest traced tcp_bbr:bbr_ack (kernel/patches/0011): the trace holds both
+/// flows' ACKs and lost none, BBR's count of delivered packets agrees with what each sender
+/// saw acknowledged, the guest's clock probes measured its offset from the host's, and under
+/// slices the events, moved onto the host's clock by that offset, line up with the slicer's
+/// off-slices: the guest processed no ACK while it was off its CPU. (Without the offset they
+/// need not: the guest's clock lags the host's by however long its early boot ran on the
+/// jiffies clocksource, up to milliseconds.)
+fn bbr_trace_claims(model: &str, cell: &Path, record: &serde_json::Value) {
+    let trace = &record["trace"];
+    assert_eq!(trace["file"], "guest-trace.txt.xz", "{model}: {trace}");
+    assert_eq!(
+        trace["stats"]["dropped events"], "0",
+        "{model}: the ring kept every event: {trace}"
+    );
+    let clock = &trace["clock"];
+    assert!(
+        clock["probes"].as_u64().unwrap_or(0) >= 20,
+        "{model}: the guest's clock probes reached the host: {trace}"
+    );
+    let acks_csv = cell.join("bbr-acks.csv");
+    let res = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/bbr-mechanism"
+    ))
+    .args(["acks", cell.to_str().unwrap(), "--out"])
+    .arg(&acks_csv)
+    .output()
+    .expect("scripts/bbr-mechanism runs (python3)");
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let acks = read_csv(&acks_csv);
+    let mut ports: Vec<&str> = acks.iter().map(|r| r["sport"].as_str()).collect();
+    ports.sort();
+    ports.dedup();
+    assert_eq!(ports.len(), 2, "{model}: both flows' ACKs: {ports:?}");
+    assert!(acks.len() > 500, "{model}: {} ACKs", acks.len());
+    assert!(
+        acks.iter()
+            .all(|r| ["startup", "drain", "probe_bw", "probe_rtt"].contains(&r["mode"].as_str())),
+        "{model}: every event names a BBR mode"
+    );
+    // Each flow's packets delivered by its last traced ACK (TCP's count, in MSS-sized
+    // packets) against the bytes its sbm-send saw acknowledged: the trace runs to the
+    // flow's end. Segments shorter than the MSS count as one packet, hence the slack above.
+    for k in 1..=2 {
+        let flow = read_json(&cell.join(format!("flow-{k}")).join("summary.json"));
+        let acked = flow["totals"]["bytes_acked"].as_f64().unwrap();
+        let local = flow["local"].as_str().unwrap().to_string();
+        let port = local.rsplit(':').next().unwrap();
+        let last = acks
+            .iter()
+            .rev()
+            .find(|r| r["sport"] == port)
+            .unwrap_or_else(|| panic!("{model}: no event of flow {k} ({local})"));
+        let traced =
+            last["delivered_total"].parse::<f64>().unwrap() * last["mss"].parse::<f64>().unwrap();
+        assert!(
+            acked > 1e6 && traced > 0.97 * acked && traced < 1.15 * acked,
+            "{model}: flow {k} acked {acked} B, its trace delivered {traced} B"
+        );
+    }
+    let slices = cell.join("guest-slices.csv");
+    if model == "quota" {
+        assert!(!slices.exists(), "no slices under a quota");
+        return;
+    }
+    let off: Vec<(f64, f64)> = read_csv(&slices)
+        .iter()
+        .map(|r| {
+            (
+                r["off_start_unix_ns"].parse::<f64>().unwrap() / 1e3,
+                r["off_end_unix_ns"].parse::<f64>().unwrap() / 1e3,
+            )
+        })
+        .collect();
+    assert!(off.len() >= 500, "{model}: {} off-slices", off.len());
+    let first = off[0].0;
+    let last = off[off.len() - 1].1;
+    // Deep inside an off-slice (50 us from its edges: the stamps' microsecond resolution
+    // and the guest's boot-time read of the host's clock) the guest cannot run.
+    let inside = acks
+        .iter()
+        .map(|r| r["unix_us"].parse::<f64>().unwrap())
+        .filter(|&t| {
+            let k = off.partition_point(|w| w.0 <= t);
+            k > 0 && t > off[k - 1].0 + 50.0 && t < off[k - 1].1 - 50.0
+        })
+        .count();
+    let stamps: Vec<f64> = acks.iter().map(|r| r["unix_us"].parse().unwrap()).collect();
+    assert!(
+        stamps.iter().all(|&t| t > first && t < last),
+        "{model}: every ACK between the first and the last off-slice"
+    );
+    assert_eq!(
+        inside,
+        0,
+        "{model}: of {} ACK events, {inside} fell inside an off-slice",
+        acks.len()
+    );
 }
 
 /// `--light` does no per-write work beyond the write itself: in a UML guest, where every clock

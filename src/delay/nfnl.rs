@@ -2,7 +2,7 @@
 //! building config and verdict requests and parsing packet messages. Pure byte work, so
 //! it is unit-tested against hand-laid messages.
 
-use crate::ne::{u16_at, u32_at};
+use crate::ne::{align4, u16_at, u32_at};
 
 /// `NFNL_SUBSYS_QUEUE`.
 const SUBSYS_QUEUE: u16 = 3;
@@ -35,10 +35,6 @@ pub const NF_ACCEPT: u32 = 1;
 
 const NLMSG_HDRLEN: usize = 16;
 const NFGENMSG_LEN: usize = 4;
-
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
-}
 
 /// A netlink request under construction: nlmsghdr + nfgenmsg + attributes.
 struct Request {

@@ -176,6 +176,9 @@ fn sender_command(
             for (k, v) in &cell.guest_sysctls {
                 c.extend(["--sysctl".into(), format!("{k}={v}")]);
             }
+            for e in &cell.guest_trace_events {
+                c.extend(["--trace-event".into(), e.clone()]);
+            }
             c.push("--".into());
             c
         }

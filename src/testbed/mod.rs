@@ -80,6 +80,8 @@ pub struct KernelSource {
     pub cache: std::path::PathBuf,
 }
 
+// Parsed once per process: the Run variant's size costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum UmlCmd {
     /// Build the patched UML kernel (cached: a second build with the same inputs is instant).
@@ -108,7 +110,7 @@ pub enum UmlCmd {
     },
     /// Boot a sender guest on a bed's snd namespace and run a command in it.
     #[command(
-        after_help = "The command runs inside the guest from the host's file system, in the caller's directory;\nthe file system is read-only there except OUT (mounted read-write at the same path).\n\nExamples:\n  testbed/wan up --rate 2mbit --prefix sbm\n  ip netns exec sbm-rcv target/release/sbm-sink --listen 198.18.2.1:5301 &\n  testbed/uml run --out /var/tmp/r1 -- target/release/sbm-send --connect 198.18.2.1 \\\n      -t 40s --replenish-time 15ms --replenish-impl kernel --out /var/tmp/r1\n  testbed/uml run --cpu-quota 35 --cpu-period 10ms --out /var/tmp/r2 -- ...\n  testbed/uml run --cpu-slices 35 --out /var/tmp/r3 -- ...   # 3.5 ms of every 10 ms, fixed phase"
+        after_help = "The command runs inside the guest from the host's file system, in the caller's directory;\nthe file system is read-only there except OUT (mounted read-write at the same path).\n\nExamples:\n  testbed/wan up --rate 2mbit --prefix sbm\n  ip netns exec sbm-rcv target/release/sbm-sink --listen 198.18.2.1:5301 &\n  testbed/uml run --out /var/tmp/r1 -- target/release/sbm-send --connect 198.18.2.1 \\\n      -t 40s --replenish-time 15ms --replenish-impl kernel --out /var/tmp/r1\n  testbed/uml run --cpu-quota 35 --cpu-period 10ms --out /var/tmp/r2 -- ...\n  testbed/uml run --cpu-slices 35 --out /var/tmp/r3 -- ...   # 3.5 ms of every 10 ms, fixed phase\n  testbed/uml run --cpu-slices 25 --trace-event tcp_bbr:bbr_ack --sysctl net.ipv4.tcp_congestion_control=bbr \\\n      --out /var/tmp/r4 -- ...   # BBR's model after each ACK, beside the off-slices"
     )]
     Run {
         #[command(flatten)]
@@ -145,6 +147,16 @@ pub enum UmlCmd {
         /// A sysctl to set in the guest first, NAME=VALUE (repeatable).
         #[arg(long = "sysctl", value_parser = crate::sysinfo::parse_sysctl)]
         sysctls: Vec<(String, String)>,
+        /// Record a tracepoint in the guest while the command runs, SYSTEM:EVENT (repeatable):
+        /// e.g. tcp_bbr:bbr_ack (BBR's model after each ACK, kernel/patches/0011) or
+        /// tcp:tcp_probe. Written to OUT/guest-trace.txt.xz, stamped in CLOCK_REALTIME; with
+        /// --cpu-slices, the off-slices go to OUT/guest-slices.csv.
+        #[arg(long = "trace-event", value_parser = parse_trace_event)]
+        trace_events: Vec<String>,
+        /// The guest's trace ring in KiB; when it fills, later events are dropped (counted
+        /// in uml.json's trace.stats).
+        #[arg(long, default_value_t = 65536, requires = "trace_events", value_parser = clap::value_parser!(u32).range(64..=1048576))]
+        trace_buffer_kb: u32,
         /// Stop the guest's command after this long (then end the guest).
         #[arg(long, default_value = "10min", value_parser = units::parse_duration)]
         timeout: Duration,
@@ -152,6 +164,17 @@ pub enum UmlCmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+}
+
+/// A tracepoint as tracefs names it, `system:event` (letters, digits, underscores).
+pub fn parse_trace_event(s: &str) -> Result<String, String> {
+    let word = |w: &str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    match s.split_once(':') {
+        Some((sys, ev)) if word(sys) && word(ev) => Ok(s.to_string()),
+        _ => Err(format!(
+            "'{s}' is not SYSTEM:EVENT (e.g. tcp_bbr:bbr_ack, tcp:tcp_probe)"
+        )),
+    }
 }
 
 /// A bottleneck rate in bit/s; None = no bottleneck (`off`).
@@ -444,6 +467,8 @@ fn run(cli: Cli) -> Result<i32, String> {
             mem,
             mtu,
             sysctls,
+            trace_events,
+            trace_buffer_kb,
             timeout,
             command,
         }) => {
@@ -469,6 +494,10 @@ fn run(cli: Cli) -> Result<i32, String> {
                 mem_mb: mem,
                 mtu,
                 sysctls,
+                trace: (!trace_events.is_empty()).then_some(uml::guest::GuestTrace {
+                    events: trace_events,
+                    buffer_kb: trace_buffer_kb,
+                }),
                 timeout,
                 command,
             })

@@ -19,7 +19,7 @@ use nix::sys::socket::{
 use serde::Serialize;
 
 use super::wan::{self, BottleneckKind};
-use crate::ne::{u16_at, u32_at, u64_at};
+use crate::ne::{align4, u16_at, u32_at, u64_at};
 
 const RTM_NEWQDISC: u16 = 36;
 const RTM_GETQDISC: u16 = 38;
@@ -84,10 +84,6 @@ pub fn dump_request(seq: u32) -> Vec<u8> {
     buf.push(libc::AF_UNSPEC as u8); // tcm_family
     buf.extend_from_slice(&[0; TCMSG_LEN - 1]); // pads, ifindex 0 (all), handle, parent, info
     buf
-}
-
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
 }
 
 /// Each attribute (type without flags, payload) in `b`.

@@ -116,6 +116,9 @@ pub struct ConfigSpec {
     /// sysctls set inside a UML sender guest, `NAME=VALUE` (sender_kernel = "uml" only),
     /// e.g. `net.ipv4.tcp_replenish_submss=0`.
     pub guest_sysctls: Vec<String>,
+    /// Tracepoints a UML sender guest records, `SYSTEM:EVENT` (sender_kernel = "uml" only),
+    /// e.g. `tcp_bbr:bbr_ack`: each cell's guest-trace.txt.xz (testbed/uml run --trace-event).
+    pub guest_trace_events: Vec<String>,
     /// sbm-sink arguments for this row's cells, e.g. `["--ack", "delayed"]`.
     pub sink_args: Vec<String>,
     /// sysctls set in the emulated path's sender namespace for this row's cells and put
@@ -384,6 +387,8 @@ pub struct Cell {
     pub cpu_slices: Option<u32>,
     /// `(name, value)` sysctls for the UML guest.
     pub guest_sysctls: Vec<(String, String)>,
+    /// Tracepoints the UML guest records (`SYSTEM:EVENT`).
+    pub guest_trace_events: Vec<String>,
     /// `(name, value)` sysctls for the sender's namespace during the cell.
     pub sysctls: Vec<(String, String)>,
     pub workload: Workload,
@@ -573,6 +578,11 @@ impl MatrixSpec {
             for kv in &c.guest_sysctls {
                 parse_sysctl(kv).map_err(|e| {
                     SpecError::Invalid(format!("configs.{name}.guest_sysctls: {e}"))
+                })?;
+            }
+            for e in &c.guest_trace_events {
+                crate::testbed::parse_trace_event(e).map_err(|e| {
+                    SpecError::Invalid(format!("configs.{name}.guest_trace_events: {e}"))
                 })?;
             }
             for kv in &c.sysctls {
@@ -880,6 +890,11 @@ impl MatrixSpec {
         } else {
             vec![]
         };
+        let guest_trace_events = if k.sender_kernel == SenderKernel::Uml {
+            spec.guest_trace_events.clone()
+        } else {
+            vec![]
+        };
         Ok(Cell {
             name,
             rate: k.rate.to_string(),
@@ -893,6 +908,7 @@ impl MatrixSpec {
             cpu_quota: k.cpu_quota,
             cpu_slices: k.cpu_slices,
             guest_sysctls,
+            guest_trace_events,
             sysctls,
             workload,
             repetition: rep,
@@ -1031,6 +1047,17 @@ mod tests {
             cells[0].guest_sysctls,
             [("net.ipv4.tcp_replenish_submss".to_string(), "0".to_string())]
         );
+        let traced = MatrixSpec::parse(
+            "[axes]\nsender_kernel = [\"host\", \"uml\"]\nconfig = [\"t\"]\n[configs.t]\nguest_trace_events = [\"tcp_bbr:bbr_ack\"]\n",
+        )
+        .unwrap()
+        .cells()
+        .unwrap();
+        assert!(
+            traced[0].guest_trace_events.is_empty(),
+            "no guest, no guest trace"
+        );
+        assert_eq!(traced[1].guest_trace_events, ["tcp_bbr:bbr_ack"]);
         let m = MatrixSpec::parse("[axes]\nsender_kernel = [\"host\", \"uml\"]\n").unwrap();
         let names: Vec<String> = m.cells().unwrap().into_iter().map(|c| c.name).collect();
         assert_eq!(names, ["2mbit-default-host", "2mbit-default-uml"]);
@@ -1154,6 +1181,10 @@ mod tests {
             (
                 "[configs.x]\nguest_sysctls = [\"nonsense\"]\n[axes]\nconfig = [\"x\"]",
                 "NAME=VALUE",
+            ),
+            (
+                "[configs.x]\nguest_trace_events = [\"tcp_bbr\"]\n[axes]\nconfig = [\"x\"]",
+                "is not SYSTEM:EVENT",
             ),
             (
                 "[axes]\nrate = [\"s\"]\n[rates.s]\nrate = \"2mbit\"\nqueue = \"deep\"",

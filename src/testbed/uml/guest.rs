@@ -23,6 +23,26 @@ pub const TASK_DUMP_FILE: &str = "guest-tasks.txt";
 /// turn beyond the loop's own `sleep`). The host watches it (hang.rs): a guest whose clock
 /// stopped never wakes from that `sleep`, and the counter stands still.
 pub const HEARTBEAT_FILE: &str = "guest-heartbeat";
+/// The guest's trace (tracefs's `trace`, text) when it was asked to record tracepoints, and
+/// its ring's counters (per_cpu/cpu0/stats: how many events it kept, lost or overwrote).
+pub const TRACE_FILE: &str = "guest-trace.txt";
+pub const TRACE_STATS_FILE: &str = "guest-trace-stats.txt";
+/// Where the guest mounts tracefs.
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// Tracepoints the guest records while its command runs, written to [`TRACE_FILE`] after it
+/// ends. Stamped with the `tai` trace clock: the guest's realtime clock (its TAI offset is
+/// never set), which UML reads from the host's at boot and advances with the host's
+/// monotonic clock, so the stamps line up with the host's CLOCK_REALTIME (the slicer's).
+/// UML's own `local` clock counts jiffies (HZ=100), too coarse for per-ACK events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestTrace {
+    /// `system:event`, as tracefs's set_event takes them (tcp:tcp_probe, tcp_bbr:bbr_ack).
+    pub events: Vec<String>,
+    /// The ring's size (buffer_size_kb; the guest has one CPU). When it fills, later events
+    /// are dropped, not earlier ones overwritten, and the stats file counts them.
+    pub buffer_kb: u32,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestSpec {
@@ -32,6 +52,8 @@ pub struct GuestSpec {
     pub mtu: u32,
     /// sysctls set in the guest before the command (name with dots, value).
     pub sysctls: Vec<(String, String)>,
+    /// Tracepoints to record while the command runs, if any.
+    pub trace: Option<GuestTrace>,
     /// Host directory mounted read-write at the same path inside the guest.
     pub out_dir: PathBuf,
     /// The command and its arguments, host paths.
@@ -121,6 +143,9 @@ pub fn init_script(g: &GuestSpec) -> String {
             msg = quote(&format!("cannot set {k}"))
         ));
     }
+    if let Some(tr) = &g.trace {
+        s.push_str(&trace_start(tr));
+    }
     s.push_str(&format!(
         "cd {c} || fail {m}\n",
         c = quote(&g.cwd.display().to_string()),
@@ -148,8 +173,53 @@ pub fn init_script(g: &GuestSpec) -> String {
     ));
     s.push_str("wait $pid\nrc=$?\n");
     s.push_str(&format!("echo $rc > {}\n", quote(&exit_file)));
+    // The trace is written after the exit is reported: the init loop's heartbeat has
+    // stopped by then, and the host's hang watch stands down once the exit file is there.
+    if g.trace.is_some() {
+        s.push_str(&trace_stop(&out));
+    }
     s.push_str("echo \"sbm-guest: command exited $rc\"\npoweroff\n");
     s
+}
+
+/// Mounts tracefs, sets the clock, the ring and the events, and starts recording: any of
+/// them refused ends the guest with the reason (a kernel without tracing, an event this
+/// kernel does not have).
+fn trace_start(tr: &GuestTrace) -> String {
+    let mut s = format!(
+        "mount -t tracefs nodev {TRACEFS} || fail 'cannot mount tracefs (a kernel without CONFIG_FTRACE?)'\n\
+         echo 0 > {TRACEFS}/tracing_on\n\
+         echo tai > {TRACEFS}/trace_clock || fail 'no tai trace clock in this kernel'\n\
+         echo 0 > {TRACEFS}/options/overwrite || fail 'cannot keep the ring from overwriting'\n\
+         echo {kb} > {TRACEFS}/buffer_size_kb || fail 'cannot size the trace ring to {kb} KB'\n",
+        kb = tr.buffer_kb
+    );
+    for e in &tr.events {
+        s.push_str(&format!(
+            "echo {q} >> {TRACEFS}/set_event || fail {m}\n",
+            q = quote(e),
+            m = quote(&format!("no trace event {e} in this kernel"))
+        ));
+    }
+    s.push_str(&format!("echo 1 > {TRACEFS}/tracing_on\n"));
+    // The stamps' clock against the host's (clock_probe.rs); a guest that cannot send them
+    // still runs, and the host records that no probe came.
+    s.push_str(&format!(
+        "python3 -c {} || echo 'sbm-guest: clock probes not sent'\n",
+        quote(&super::clock_probe::guest_command(HOST_ADDR))
+    ));
+    s
+}
+
+/// Stops recording and writes the ring's counters, then the trace, to the output directory.
+fn trace_stop(out: &str) -> String {
+    format!(
+        "echo 0 > {TRACEFS}/tracing_on\n\
+         cat {TRACEFS}/per_cpu/cpu0/stats > {st}\n\
+         cat {TRACEFS}/trace > {tf}\n",
+        st = quote(&format!("{out}/{TRACE_STATS_FILE}")),
+        tf = quote(&format!("{out}/{TRACE_FILE}")),
+    )
 }
 
 #[cfg(test)]
@@ -163,6 +233,7 @@ mod tests {
             tap: "sbmu0".into(),
             mtu: 1280,
             sysctls: vec![("net.ipv4.tcp_replenish_submss".into(), "0".into())],
+            trace: None,
             out_dir: "/r/out".into(),
             command: vec!["/b/sbm-send".into(), "--label".into(), "it's".into()],
             cwd: "/work/sbm".into(),
@@ -193,6 +264,40 @@ mod tests {
             "if grep -q timeout '/r/out/.guest-stop'; then dump_tasks > '/r/out/guest-tasks.txt'"
         ));
         assert!(s.ends_with("poweroff\n"));
+    }
+
+    #[test]
+    fn a_traced_guest_records_its_events_around_the_command_only() {
+        let plain = init_script(&spec());
+        assert!(!plain.contains("tracefs"), "no trace asked, none set up");
+        let mut g = spec();
+        g.trace = Some(GuestTrace {
+            events: vec!["tcp_bbr:bbr_ack".into(), "tcp:tcp_probe".into()],
+            buffer_kb: 65536,
+        });
+        let s = init_script(&g);
+        let at = |needle: &str| {
+            s.find(needle)
+                .unwrap_or_else(|| panic!("{needle:?} not in\n{s}"))
+        };
+        assert!(at("echo tai > /sys/kernel/tracing/trace_clock || fail") > at("mount -t tracefs"));
+        at("echo 0 > /sys/kernel/tracing/options/overwrite || fail");
+        at("echo 65536 > /sys/kernel/tracing/buffer_size_kb || fail");
+        let bbr = at("echo 'tcp_bbr:bbr_ack' >> /sys/kernel/tracing/set_event || fail 'no trace event tcp_bbr:bbr_ack in this kernel'");
+        at("echo 'tcp:tcp_probe' >> /sys/kernel/tracing/set_event || fail");
+        let on = at("echo 1 > /sys/kernel/tracing/tracing_on");
+        let probes = at("python3 -c 'import socket, time");
+        assert!(on < probes && probes < at("'/b/sbm-send' '--label'"));
+        let command = at("'/b/sbm-send' '--label'");
+        let off = s.rfind("echo 0 > /sys/kernel/tracing/tracing_on").unwrap();
+        let written = at("cat /sys/kernel/tracing/trace > '/r/out/guest-trace.txt'");
+        assert!(bbr < on && on < command && command < at("wait $pid"));
+        assert!(at("wait $pid") < off && off < written);
+        assert!(
+            at("cat /sys/kernel/tracing/per_cpu/cpu0/stats > '/r/out/guest-trace-stats.txt'")
+                < written
+        );
+        assert!(at("echo $rc > '/r/out/guest-exit'") < written);
     }
 
     #[test]

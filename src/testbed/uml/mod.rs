@@ -6,6 +6,7 @@
 
 pub mod build;
 pub mod cgroup;
+pub mod clock_probe;
 pub mod cpu_log;
 pub mod guest;
 pub mod hang;
@@ -23,7 +24,7 @@ use super::cmd::{Cmd, CmdError};
 use super::wan;
 use cgroup::{CpuStat, GuestCgroup, Quota};
 use cpu_log::CpuLog;
-use guest::GuestSpec;
+use guest::{GuestSpec, GuestTrace};
 use profile::{NoProfile, Profiler};
 use slices::{SliceError, SliceRecord, Slicer, Slices};
 
@@ -54,6 +55,8 @@ pub enum UmlError {
     },
     #[error("the guest kernel {0} could not start: {1}")]
     Spawn(PathBuf, std::io::Error),
+    #[error("the host side of the guest's clock probes: {0}")]
+    ClockProbe(String),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> UmlError + '_ {
@@ -76,6 +79,8 @@ pub struct RunSpec {
     pub mem_mb: u32,
     pub mtu: u32,
     pub sysctls: Vec<(String, String)>,
+    /// Tracepoints the guest records while its command runs (guest::GuestTrace).
+    pub trace: Option<GuestTrace>,
     /// The guest is stopped (its command asked first) after this long.
     pub timeout: Duration,
     pub command: Vec<String>,
@@ -97,6 +102,8 @@ pub struct RunRecord {
     pub command: Vec<String>,
     pub cpu_quota: Option<QuotaRecord>,
     pub cpu_slices: Option<SlicesRecord>,
+    /// What the guest traced, when asked to.
+    pub trace: Option<TraceRecord>,
     /// The command's exit status inside the guest; None if the guest never reported one.
     pub guest_exit: Option<i32>,
     /// Why the host ended the guest, if it did.
@@ -128,6 +135,89 @@ pub struct QuotaRecord {
     pub stat: CpuStat,
     /// nr_throttled / nr_periods.
     pub throttled_share: Option<f64>,
+}
+
+/// What a traced guest recorded: the events asked for, where they are, and how many the
+/// ring kept and lost (its per-CPU stats: a full ring drops later events).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct TraceRecord {
+    pub events: Vec<String>,
+    pub buffer_kb: u32,
+    /// guest::TRACE_FILE compressed, or why there is none.
+    pub file: String,
+    /// The ring's counters as the guest's stats file gave them (`entries`, `overrun`,
+    /// `dropped events`, ...); empty if it wrote none.
+    pub stats: std::collections::BTreeMap<String, String>,
+    /// With CPU slices: the off-slices' times (slices::off_windows_csv), to line the events
+    /// up with when the guest could run.
+    pub slices_file: Option<String>,
+    /// The guest's clock against the host's (clock_probe.rs): add `host_minus_guest_ns` to
+    /// an event's stamp for the host's clock. None: no probe arrived.
+    pub clock: Option<clock_probe::ClockOffset>,
+    /// Every probe (guest and host clocks), clock_probe::probes_csv.
+    pub clock_file: Option<String>,
+}
+
+/// The stats file's `name: value` lines.
+pub fn parse_trace_stats(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// The file name the trace of off-slices goes to.
+pub const SLICES_FILE: &str = "guest-slices.csv";
+
+/// Compresses the guest's trace and reads its stats; writes the off-slices beside it.
+/// The file the clock probes go to.
+pub const CLOCK_FILE: &str = "guest-clock.csv";
+
+fn trace_record(
+    out_dir: &Path,
+    tr: &GuestTrace,
+    slices: Option<&SliceRecord>,
+    probes: &[clock_probe::Probe],
+) -> Result<TraceRecord, UmlError> {
+    let plain = out_dir.join(guest::TRACE_FILE);
+    let file = match crate::report::compressed::compress(&plain) {
+        Ok(true) => format!("{}.xz", guest::TRACE_FILE),
+        Ok(false) => "none: the guest wrote no trace (see guest-console.log)".to_string(),
+        Err(source) => {
+            return Err(UmlError::Io {
+                path: plain,
+                source,
+            })
+        }
+    };
+    let stats = fs::read_to_string(out_dir.join(guest::TRACE_STATS_FILE))
+        .map(|t| parse_trace_stats(&t))
+        .unwrap_or_default();
+    let slices_file = match slices {
+        Some(s) => {
+            let path = out_dir.join(SLICES_FILE);
+            fs::write(&path, slices::off_windows_csv(&s.off_windows)).map_err(io_err(&path))?;
+            Some(SLICES_FILE.to_string())
+        }
+        None => None,
+    };
+    let clock_file = if probes.is_empty() {
+        None
+    } else {
+        let path = out_dir.join(CLOCK_FILE);
+        fs::write(&path, clock_probe::probes_csv(probes)).map_err(io_err(&path))?;
+        Some(CLOCK_FILE.to_string())
+    };
+    Ok(TraceRecord {
+        events: tr.events.clone(),
+        buffer_kb: tr.buffer_kb,
+        file,
+        stats,
+        slices_file,
+        clock: clock_probe::offset(probes),
+        clock_file,
+    })
 }
 
 /// What the CPU slices dealt and what the guest received (its cgroup's CPU time).
@@ -258,6 +348,10 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         guest::TASK_DUMP_FILE,
         guest::HEARTBEAT_FILE,
         hang::STATE_FILE,
+        guest::TRACE_FILE,
+        guest::TRACE_STATS_FILE,
+        SLICES_FILE,
+        CLOCK_FILE,
     ] {
         let _ = fs::remove_file(out_dir.join(f));
     }
@@ -267,6 +361,7 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         tap: TAP.into(),
         mtu: spec.mtu,
         sysctls: spec.sysctls.clone(),
+        trace: spec.trace.clone(),
         out_dir: out_dir.clone(),
         command: spec.command.clone(),
         // Relative paths in the command resolve against the caller's directory, as on the
@@ -298,6 +393,17 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         })
         .transpose()?;
     attach(&names)?;
+    // A traced guest's clock probes arrive on the tap's host side (clock_probe.rs).
+    let clock_listener = match &spec.trace {
+        Some(_) => match clock_probe::Listener::start(&names.snd, guest::HOST_ADDR) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                detach(&names);
+                return Err(UmlError::ClockProbe(e));
+            }
+        },
+        None => None,
+    };
     // Slicing starts before the guest does, so that it never runs unsliced; it ends (also
     // on an error: Slicer's drop) once the guest is gone.
     let slicer = match spec.slices.map(Slicer::start).transpose() {
@@ -377,6 +483,19 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         (Some(cg), Some(_)) => Some(quota_record(cg)?),
         _ => None,
     };
+    let probes = clock_listener.map(clock_probe::Listener::finish);
+    let trace = spec
+        .trace
+        .as_ref()
+        .map(|tr| {
+            trace_record(
+                &out_dir,
+                tr,
+                slice_record.as_ref(),
+                probes.as_deref().unwrap_or_default(),
+            )
+        })
+        .transpose()?;
     let cpu_slices = match slice_record {
         Some(slicer) => {
             let usage_us = match &cg {
@@ -407,6 +526,7 @@ pub fn run(spec: &RunSpec, should_stop: &mut dyn FnMut() -> bool) -> Result<RunR
         command: spec.command.clone(),
         cpu_quota,
         cpu_slices,
+        trace,
         guest_exit,
         stopped,
         task_dump,

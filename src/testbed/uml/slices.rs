@@ -75,6 +75,28 @@ pub struct SliceRecord {
     /// Periods whose off-slice started more than a tenth of a period late (the slicer itself
     /// was kept from the CPU): their phase slipped.
     pub late_periods: u64,
+    /// Each off-slice as it was held: (start, end) in CLOCK_REALTIME nanoseconds, the clock
+    /// a traced guest stamps its events with (guest::GuestTrace). Not in uml.json: written
+    /// as its own file where a trace needs it.
+    #[serde(skip)]
+    pub off_windows: Vec<(u64, u64)>,
+}
+
+/// CLOCK_REALTIME now, in nanoseconds since the epoch.
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The off-slices as CSV (`off_start_unix_ns,off_end_unix_ns`): when the guest was kept
+/// from its CPU; it could run in between.
+pub fn off_windows_csv(windows: &[(u64, u64)]) -> String {
+    let mut s = String::from("off_start_unix_ns,off_end_unix_ns\n");
+    for (a, b) in windows {
+        s.push_str(&format!("{a},{b}\n"));
+    }
+    s
 }
 
 /// The running slicer; [`Slicer::stop`] ends it and says what it dealt. Dropped without
@@ -176,11 +198,13 @@ fn deal(s: Slices, stop: &AtomicBool, periods: &AtomicU64) -> SliceRecord {
         if began.duration_since(start) > s.period / 10 {
             record.late_periods += 1;
         }
+        let began_unix_ns = realtime_ns();
         let until = start + off;
         while Instant::now() < until {
             std::hint::spin_loop();
         }
         record.off_us_total += Instant::now().duration_since(began).as_micros() as u64;
+        record.off_windows.push((began_unix_ns, realtime_ns()));
         record.periods += 1;
         periods.store(record.periods, Ordering::Relaxed);
         start += s.period;
@@ -217,5 +241,36 @@ mod tests {
         ));
         let s = Slices::new(35, Duration::from_millis(10), 0).unwrap();
         assert_eq!(s.off(), Duration::from_micros(6500));
+    }
+
+    #[test]
+    fn the_slicer_records_each_off_slice_in_realtime() {
+        let s = Slices::new(50, Duration::from_millis(10), 0).unwrap();
+        let before = realtime_ns();
+        let slicer = match Slicer::start(s) {
+            Ok(x) => x,
+            // Not root, or no SCHED_FIFO here: the integration tests run it as root.
+            Err(SliceError::Start { .. }) => return,
+            Err(e) => panic!("{e}"),
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        let r = slicer.stop();
+        let after = realtime_ns();
+        assert_eq!(r.off_windows.len() as u64, r.periods);
+        assert!(r.periods >= 5, "{} periods in 100 ms", r.periods);
+        for w in r.off_windows.windows(2) {
+            assert!(w[0].0 < w[0].1 && w[0].1 <= w[1].0, "{w:?}");
+        }
+        let first = r.off_windows[0];
+        let last = *r.off_windows.last().unwrap();
+        assert!(before <= first.0 && last.1 <= after);
+        let csv = off_windows_csv(&r.off_windows[..1]);
+        assert_eq!(
+            csv,
+            format!(
+                "off_start_unix_ns,off_end_unix_ns\n{},{}\n",
+                first.0, first.1
+            )
+        );
     }
 }
