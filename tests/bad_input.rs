@@ -389,6 +389,8 @@ const CASES: &[Case] = &[
     ("testbed/uml", &["run", "--out", "/tmp/x", "--trace-event", "bbr", "--", "true"], 2, "SYSTEM:EVENT"),
     ("testbed/uml", &["run", "--out", "/tmp/x", "--trace-event", "tcp_bbr:bbr_ack", "--trace-buffer-kb", "8", "--", "true"], 2, "--trace-buffer-kb"),
     ("testbed/uml", &["run", "--out", "/tmp/x", "--trace-buffer-kb", "1024", "--", "true"], 2, "--trace-event"),
+    ("testbed/uml", &["run", "--out", "/tmp/x", "--cpu-slices", "25", "--cpu-slices-for", "x", "--", "true"], 2, "--cpu-slices-for"),
+    ("testbed/uml", &["run", "--out", "/tmp/x", "--cpu-slices-for", "5s", "--", "true"], 2, "--cpu-slices"),
     ("scripts/displaced-stamps", &["--bogus"], 2, "--bogus"),
     ("scripts/displaced-stamps", &["--reps", "0"], 2, "--reps"),
     ("scripts/displaced-stamps", &["--sizes", ","], 2, "--sizes"),

@@ -135,6 +135,10 @@ pub enum UmlCmd {
         /// The CPU a sliced guest is pinned to (default: the last one).
         #[arg(long, requires = "cpu_slices")]
         slice_cpu: Option<usize>,
+        /// Deal the slices for this long from the guest's start only, then leave the guest its
+        /// CPU whole (to watch it recover).
+        #[arg(long, requires = "cpu_slices", value_parser = units::parse_duration)]
+        cpu_slices_for: Option<Duration>,
         /// The quota's or the slices' period.
         #[arg(long, default_value = "10ms", value_parser = units::parse_duration)]
         cpu_period: Duration,
@@ -463,6 +467,7 @@ fn run(cli: Cli) -> Result<i32, String> {
             cpu_quota,
             cpu_slices,
             slice_cpu,
+            cpu_slices_for,
             cpu_period,
             mem,
             mtu,
@@ -482,7 +487,14 @@ fn run(cli: Cli) -> Result<i32, String> {
                 .map_err(|e| e.to_string())?;
             let last_cpu = std::thread::available_parallelism().map_or(1, usize::from) - 1;
             let slices = cpu_slices
-                .map(|pct| uml::slices::Slices::new(pct, cpu_period, slice_cpu.unwrap_or(last_cpu)))
+                .map(|pct| {
+                    uml::slices::Slices::new(pct, cpu_period, slice_cpu.unwrap_or(last_cpu)).map(
+                        |s| match cpu_slices_for {
+                            Some(d) => s.lasting(d),
+                            None => s,
+                        },
+                    )
+                })
                 .transpose()
                 .map_err(|e| e.to_string())?;
             run_uml(&uml::RunSpec {

@@ -30,12 +30,14 @@ pub enum SliceError {
     Start { cpu: usize, reason: String },
 }
 
-/// What to deal: `share_pct` of every `period` to whatever runs on `cpu`.
+/// What to deal: `share_pct` of every `period` to whatever runs on `cpu`, for `lasting`
+/// (None: until stopped) — after it the guest has its CPU whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slices {
     pub share_pct: u32,
     pub period: Duration,
     pub cpu: usize,
+    pub lasting: Option<Duration>,
 }
 
 impl Slices {
@@ -54,7 +56,16 @@ impl Slices {
             share_pct,
             period,
             cpu,
+            lasting: None,
         })
+    }
+
+    /// Deals for `d` only, then leaves the CPU to the guest.
+    pub fn lasting(self, d: Duration) -> Slices {
+        Slices {
+            lasting: Some(d),
+            ..self
+        }
     }
 
     /// The part of each period the slicer keeps the CPU.
@@ -193,7 +204,8 @@ fn deal(s: Slices, stop: &AtomicBool, periods: &AtomicU64) -> SliceRecord {
         ..Default::default()
     };
     let mut start = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
+    let until = s.lasting.map(|d| start + d);
+    while !stop.load(Ordering::Relaxed) && until.is_none_or(|u| Instant::now() < u) {
         let began = Instant::now();
         if began.duration_since(start) > s.period / 10 {
             record.late_periods += 1;
@@ -264,6 +276,19 @@ mod tests {
         let first = r.off_windows[0];
         let last = *r.off_windows.last().unwrap();
         assert!(before <= first.0 && last.1 <= after);
+        // Dealt for a while only: the slicer stops by itself, the rest of the run is free.
+        let slicer = match Slicer::start(s.lasting(Duration::from_millis(50))) {
+            Ok(x) => x,
+            Err(e) => panic!("{e}"),
+        };
+        std::thread::sleep(Duration::from_millis(150));
+        let periods_then = slicer.periods();
+        let dealt = slicer.stop();
+        assert!(
+            (3..=7).contains(&dealt.periods) && dealt.periods == periods_then,
+            "{} periods dealt in the first 50 ms of 150",
+            dealt.periods
+        );
         let csv = off_windows_csv(&r.off_windows[..1]);
         assert_eq!(
             csv,
