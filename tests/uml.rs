@@ -2269,7 +2269,7 @@ fn bbr_under_slices_sends_two_frames_per_window_and_recovers_when_they_stop() {
     require_root();
     let kernel = kernel();
     let bed = Bed::up(
-        "bbrmech",
+        "bbm",
         &["--rate", "20mbit", "--rtt", "20ms", "--queue", "40ms"],
     );
     let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
