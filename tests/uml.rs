@@ -1876,6 +1876,19 @@ fn bbr_vm_cells_of_both_contention_models_with_two_flows() {
     }
 }
 
+/// `scripts/bbr-mechanism ARGS`'s output; it must succeed.
+fn bbr_mechanism(args: &[&str]) -> String {
+    let r = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/bbr-mechanism"
+    ))
+    .args(args)
+    .output()
+    .expect("scripts/bbr-mechanism runs (python3)");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    String::from_utf8(r.stdout).unwrap()
+}
+
 /// A cell whose guest traced tcp_bbr:bbr_ack (kernel/patches/0011): the trace holds both
 /// flows' ACKs and lost none, BBR's count of delivered packets agrees with what each sender
 /// saw acknowledged, the guest's clock probes measured its offset from the host's, and under
@@ -1896,19 +1909,12 @@ fn bbr_trace_claims(model: &str, cell: &Path, record: &serde_json::Value) {
         "{model}: the guest's clock probes reached the host: {trace}"
     );
     let acks_csv = cell.join("bbr-acks.csv");
-    let res = std::process::Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scripts/bbr-mechanism"
-    ))
-    .args(["acks", cell.to_str().unwrap(), "--out"])
-    .arg(&acks_csv)
-    .output()
-    .expect("scripts/bbr-mechanism runs (python3)");
-    assert!(
-        res.status.success(),
-        "{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
+    bbr_mechanism(&[
+        "acks",
+        cell.to_str().unwrap(),
+        "--out",
+        acks_csv.to_str().unwrap(),
+    ]);
     let acks = read_csv(&acks_csv);
     let mut ports: Vec<&str> = acks.iter().map(|r| r["sport"].as_str()).collect();
     ports.sort();
@@ -2301,20 +2307,11 @@ fn bbr_under_slices_sends_two_frames_per_window_and_recovers_when_they_stop() {
     );
     sink.stop();
     assert_eq!(res.code(), Some(0), "{}\n{}", console(&out), res.stderr);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bbr-mechanism");
-    let run = |args: &[&str]| -> String {
-        let r = std::process::Command::new(script)
-            .args(args)
-            .output()
-            .expect("scripts/bbr-mechanism runs (python3)");
-        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-        String::from_utf8(r.stdout).unwrap()
-    };
     let dir = out.to_str().unwrap();
     let sends_csv = out.join("sends.csv");
-    std::fs::write(&sends_csv, run(&["sends", dir, "--skip", "3"])).unwrap();
+    std::fs::write(&sends_csv, bbr_mechanism(&["sends", dir, "--skip", "3"])).unwrap();
     let acks_csv = out.join("acks.csv");
-    run(&["acks", dir, "--out", acks_csv.to_str().unwrap()]);
+    bbr_mechanism(&["acks", dir, "--out", acks_csv.to_str().unwrap()]);
     let windows = read_csv(&sends_csv);
     let acks = read_csv(&acks_csv);
     let off = read_csv(&out.join("guest-slices.csv"));

@@ -8,7 +8,7 @@
 //! work, unit-tested against hand-laid messages; the socket calls are safe nix calls.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -297,15 +297,13 @@ fn bottleneck_of(prefix: &str) -> Result<(String, &'static str, u64), TraceError
     Ok((ns, dev, rate))
 }
 
-/// Moves this thread into network namespace `ns` (ip-netns's /run/netns/NS).
+/// Moves this thread into network namespace `ns` (wan::enter_netns), its errors as the
+/// trace's own.
 fn enter_netns(ns: &str) -> Result<(), TraceError> {
-    let path = Path::new("/run/netns").join(ns);
-    let file = std::fs::File::open(&path).map_err(|source| TraceError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(sys("setns(CLONE_NEWNET)"))
+    wan::enter_netns(ns).map_err(|e| match e {
+        wan::NetnsError::Open { path, source } => TraceError::Io { path, source },
+        wan::NetnsError::Setns(errno) => sys("setns(CLONE_NEWNET)")(errno),
+    })
 }
 
 /// Samples the bed's bottleneck queue every `interval` into `spec.out` until `stop()` says

@@ -169,6 +169,30 @@ impl Names {
     }
 }
 
+/// Why a thread could not enter a network namespace.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    #[error("{}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("setns(CLONE_NEWNET) failed: {0}")]
+    Setns(nix::errno::Errno),
+}
+
+/// Moves the calling thread into network namespace `ns` (ip-netns's /run/netns/NS) for the
+/// rest of its life: the sockets it opens afterwards live there.
+pub fn enter_netns(ns: &str) -> Result<(), NetnsError> {
+    let path = Path::new("/run/netns").join(ns);
+    let file = std::fs::File::open(&path).map_err(|source| NetnsError::Open {
+        path: path.clone(),
+        source,
+    })?;
+    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(NetnsError::Setns)
+}
+
 pub fn validate_prefix(p: &str) -> Result<(), TestbedError> {
     let ok = !p.is_empty()
         && p.len() <= 12

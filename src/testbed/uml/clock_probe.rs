@@ -8,7 +8,6 @@
 //! latency; the smallest over the probes is the offset to within the shortest latency.
 
 use std::net::{SocketAddrV4, UdpSocket};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -141,10 +140,7 @@ impl Drop for Listener {
 
 /// The socket, made inside `ns` (this thread enters it for good: it is the listener's own).
 fn open(ns: &str, bind: SocketAddrV4) -> Result<UdpSocket, String> {
-    let path = Path::new("/run/netns").join(ns);
-    let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(|e| format!("setns({}): {e}", path.display()))?;
+    crate::testbed::wan::enter_netns(ns).map_err(|e| e.to_string())?;
     let sock = UdpSocket::bind(bind).map_err(|e| format!("bind({bind}): {e}"))?;
     setsockopt(&sock, sockopt::ReceiveTimestampns, &true)
         .map_err(|e| format!("setsockopt(SO_TIMESTAMPNS) on {bind}: {e}"))?;

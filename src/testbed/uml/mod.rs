@@ -170,10 +170,11 @@ pub fn parse_trace_stats(text: &str) -> std::collections::BTreeMap<String, Strin
 /// The file name the trace of off-slices goes to.
 pub const SLICES_FILE: &str = "guest-slices.csv";
 
-/// Compresses the guest's trace and reads its stats; writes the off-slices beside it.
 /// The file the clock probes go to.
 pub const CLOCK_FILE: &str = "guest-clock.csv";
 
+/// Compresses the guest's trace and reads its stats; writes the off-slices and the clock
+/// probes beside it.
 fn trace_record(
     out_dir: &Path,
     tr: &GuestTrace,

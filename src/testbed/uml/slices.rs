@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::realtime_ns;
+
 #[derive(Debug, thiserror::Error)]
 pub enum SliceError {
     #[error(
@@ -91,13 +93,6 @@ pub struct SliceRecord {
     /// as its own file where a trace needs it.
     #[serde(skip)]
     pub off_windows: Vec<(u64, u64)>,
-}
-
-/// CLOCK_REALTIME now, in nanoseconds since the epoch.
-fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The off-slices as CSV (`off_start_unix_ns,off_end_unix_ns`): when the guest was kept
