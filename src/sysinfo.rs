@@ -20,6 +20,7 @@ pub const RELEVANT_SYSCTLS: &[&str] = &[
     "net/ipv4/tcp_replenish_submss",
     "net/ipv4/tcp_replenish_estimator",
     "net/ipv4/tcp_bbr_inflight_gain",
+    "net/ipv4/tcp_pacing_catchup_us",
 ];
 
 /// Reads one sysctl by its /proc/sys path, trimmed; None if the kernel has no such key.

@@ -2380,3 +2380,148 @@ fn bbr_under_slices_sends_two_frames_per_window_and_recovers_when_they_stop() {
         "after the slices: filter {filter_after:.2}, delivered {after:.2} Mb/s"
     );
 }
+
+/// One traced BBR run in the guest on `bed` (the sink at 198.18.2.1), with `uml` options
+/// (CPU model, sysctls) and sbm-send's `send` arguments; the run's directory.
+fn traced_bbr_run(bed: &Bed, kernel: &Path, uml: &[&str], send: &[&str]) -> TempDir {
+    let sender = bin("sbm-send");
+    let mut extra = uml.to_vec();
+    extra.extend_from_slice(&[
+        "--trace-event",
+        "tcp_bbr:bbr_ack",
+        "--trace-event",
+        "net:net_dev_xmit",
+    ]);
+    let mut command = vec![
+        sender.to_str().unwrap(),
+        "-c",
+        "198.18.2.1",
+        "--cc",
+        "bbr",
+        "--light",
+        "-q",
+    ];
+    command.extend_from_slice(send);
+    let (res, out) = in_guest_on(bed, kernel, &extra, &command);
+    assert_eq!(res.code(), Some(0), "{}\n{}", console(&out), res.stderr);
+    out
+}
+
+/// scripts/bbr-mechanism bursts: the guest's frames at a bottleneck of `rate_mbps`, after the
+/// first `skip` seconds.
+fn bursts(dir: &Path, rate_mbps: f64, skip: f64) -> Row {
+    let csv = dir.join("bursts.csv");
+    let text = bbr_mechanism(&[
+        "bursts",
+        dir.to_str().unwrap(),
+        "--rate-mbit",
+        &rate_mbps.to_string(),
+        "--skip",
+        &skip.to_string(),
+    ]);
+    std::fs::write(&csv, text).unwrap();
+    read_csv(&csv).remove(0)
+}
+
+/// The fix designed from that mechanism (kernel/patches/0012, results/bbr-vm-catchup): with
+/// net.ipv4.tcp_pacing_catchup_us at 10 ms, a sender whose pacing timer fired late while the
+/// guest was off its CPU sends what fell due meanwhile back to back, so under the same 25 %
+/// slices BBR delivers most of the 20 Mb/s path, and no burst (frames at more than twice the
+/// path's rate) holds more than the horizon's worth of pacing time and two frames. An
+/// application-limited sender at a full CPU, whose timer does not fire late, sends each write
+/// after idle at the rate it does without the switch: the time made up is a late timer's,
+/// never idle time. Without the catch-up BBR stays under a third of the path (the test
+/// above); with idle time made up, each write would leave back to back.
+#[test]
+fn pacing_catchup_holds_the_path_under_slices_and_adds_no_burst_when_application_limited() {
+    if in_guest() {
+        return;
+    }
+    let _g = serial();
+    require_root();
+    let kernel = kernel();
+    let bed = Bed::up(
+        "bcu",
+        &["--rate", "20mbit", "--rtt", "20ms", "--queue", "40ms"],
+    );
+    let sink = Sink::start_in(&bed.ns("rcv"), "198.18.2.1:5301", &["-q"]);
+    let catchup = "net.ipv4.tcp_pacing_catchup_us=10000";
+    let sliced = traced_bbr_run(
+        &bed,
+        &kernel,
+        &["--cpu-slices", "25", "--sysctl", catchup],
+        &["-t", "10s"],
+    );
+    // A paced source: 64 KiB every 66 ms, 0.4 of the path; each write leaves in ~20 ms at
+    // BBR's pacing rate, then the sender is idle for longer than the 10 ms horizon.
+    let paced = ["-t", "8s", "-b", "8mbit", "-l", "64KiB"];
+    let app_stock = traced_bbr_run(&bed, &kernel, &[], &paced);
+    let app_catchup = traced_bbr_run(&bed, &kernel, &["--sysctl", catchup], &paced);
+    sink.stop();
+
+    let acks_csv = sliced.join("acks.csv");
+    bbr_mechanism(&[
+        "acks",
+        sliced.to_str().unwrap(),
+        "--out",
+        acks_csv.to_str().unwrap(),
+    ]);
+    let acks = read_csv(&acks_csv);
+    let num = |r: &Row, c: &str| r[c].parse::<f64>().unwrap();
+    let (first, last) = (&acks[0], &acks[acks.len() - 1]);
+    let from_us = num(first, "unix_us") + 4e6;
+    let from = acks.iter().find(|r| num(r, "unix_us") >= from_us).unwrap();
+    let delivered =
+        (num(last, "delivered_total") - num(from, "delivered_total")) * num(last, "mss") * 8.0
+            / (num(last, "unix_us") - num(from, "unix_us"));
+    let pacing_max = acks
+        .iter()
+        .filter(|r| num(r, "unix_us") >= from_us)
+        .map(|r| num(r, "pacing_mbps"))
+        .fold(0.0, f64::max);
+    let b = bursts(&sliced, 20.0, 4.0);
+    let frame = num(&b, "frame_max_bytes");
+    let bound = 10_000.0 * pacing_max / 8.0 + 2.0 * frame;
+    println!(
+        "under 25 % slices with the catch-up: delivered {delivered:.2} Mb/s after 4 s; \
+         largest burst {} B (bound {bound:.0} B: 10 ms at {pacing_max:.2} Mb/s and two {frame} B frames)",
+        b["burst_max_bytes"]
+    );
+    assert!(
+        delivered > 15.0,
+        "with the catch-up BBR delivered {delivered:.2} Mb/s of 20 under 25 % slices"
+    );
+    assert!(
+        num(&b, "burst_max_bytes") <= bound,
+        "a burst of {} B, more than 10 ms of pacing time and two frames ({bound:.0} B)",
+        b["burst_max_bytes"]
+    );
+
+    // Each write of the paced source leaves as a train of frames after an idle gap: at
+    // BBR's pacing rate without the catch-up, and at that rate with it too. Idle time made up
+    // would send the train back to back, at the guest's interface's speed.
+    let (stock, fixed) = (
+        bursts(&app_stock, 20.0, 2.0),
+        bursts(&app_catchup, 20.0, 2.0),
+    );
+    println!(
+        "paced source at a full CPU: {} and {} trains after idle; their median rate {} Mb/s \
+         stock, {} with the catch-up (largest {} and {})",
+        stock["restarts"],
+        fixed["restarts"],
+        stock["restart_mbps_p50"],
+        fixed["restart_mbps_p50"],
+        stock["restart_mbps_max"],
+        fixed["restart_mbps_max"]
+    );
+    assert!(
+        num(&stock, "restarts") >= 50.0 && num(&fixed, "restarts") >= 50.0,
+        "the paced source resumed after idle: {stock:?} {fixed:?}"
+    );
+    assert!(
+        num(&fixed, "restart_mbps_p50") <= 1.5 * num(&stock, "restart_mbps_p50"),
+        "after idle, writes left at {} Mb/s with the catch-up, {} without it",
+        fixed["restart_mbps_p50"],
+        stock["restart_mbps_p50"]
+    );
+}
