@@ -321,13 +321,25 @@ fn a_sequential_loaded_run_measures_both_directions_and_the_servers_rule_acts_pe
         assert_eq!(stages[0]["stage"], "down");
         assert_eq!(stages[1]["stage"], "up");
         // The bottleneck shapes the download's direction; the upload's is unshaped.
+        // The stage's figure is the draft's: the last MAD (2) intervals' average, what its
+        // interval rows say. Over two half-second intervals it is noisy — it has read over
+        // 20 Mb/s here (why is not known, docs/rpm.md) and, once in CI, 9.7 — so the rate's
+        // bounds are checked on the whole stage, where they must hold: every byte counted
+        // crossed the bottleneck after the stage began.
         let dl = stages[0]["dl_throughput_bps"].as_f64().unwrap();
-        assert!(dl > 10e6, "download {dl} b/s through a 20 Mb/s bottleneck");
-        // The stage's figure is the draft's: the last MAD intervals' average. It has read
-        // over 20 Mb/s here (why is not known, docs/rpm.md), so the rate's bound is checked on
-        // the whole stage, where it must hold: every byte counted crossed the bottleneck
-        // after the stage began.
-        let cumulative = cumulative_bps(&read_csv(&out.join("intervals.csv")), "down");
+        let intervals = read_csv(&out.join("intervals.csv"));
+        let downs: Vec<f64> = intervals
+            .iter()
+            .filter(|r| r["stage"] == "down")
+            .map(|r| f(r, "dl_bps"))
+            .collect();
+        assert!(downs.len() >= 2, "{} down intervals", downs.len());
+        let last_mad = (downs[downs.len() - 1] + downs[downs.len() - 2]) / 2.0;
+        assert!(
+            dl > 0.0 && (dl - last_mad).abs() <= 0.01 * last_mad,
+            "download {dl} b/s, its last two interval rows {last_mad} b/s"
+        );
+        let cumulative = cumulative_bps(&intervals, "down");
         eprintln!("{tag}: download {dl:.0} b/s (last MAD intervals), {cumulative:.0} b/s (stage)");
         assert!(
             cumulative > 10e6 && cumulative < 20.2e6,
