@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """What a run's writes were made of, per configuration and rate over the runs.
 
-Usage: scripts/analysis/write-anatomy.py results/unmodified > results/unmodified/writes.md
+Usage: scripts/analysis/write-anatomy.py RUN_DIR [CSV] > RUN_DIR/writes.md
+
+Writes CSV (default RUN_DIR/writes-per-run.csv: one row per run, the figures the table's
+brackets are made of) and prints the table.
 
 For every `ok` cell: its writes after the warm-up — a traced (command) cell's connection that
 carried the most (conn-N/writes.csv, as table.md), an sbm-send cell's writes.csv (plain or
@@ -39,10 +42,22 @@ def ms(v):
     return f"{v / 1e6:.1f} ms" if v < 1e9 else f"{v / 1e9:.2f} s"
 
 
-def main(run_dir):
+def plain(v):
+    """A median as the CSV writes it: whole numbers without '.0', none as empty."""
+    if v is None:
+        return ''
+    return int(v) if v == int(v) else v
+
+
+PER_RUN = ['cell', 'rate', 'config', 'repetition', 'writes', 'bytes_per_write_p50',
+           'unsent_ahead_p50_bytes', 'last_byte_delay_p50_ns']
+
+
+def main(run_dir, csv_path):
     rows = list(csv.DictReader(open(os.path.join(run_dir, 'summary.csv'))))
     groups = defaultdict(list)
     order = []
+    per_run = []
     for r in rows:
         if r['status'] != 'ok':
             continue
@@ -70,12 +85,22 @@ def main(run_dir):
         key = (r['rate'], r['label'])
         if key not in groups:
             order.append(key)
-        groups[key].append({
+        run = {
             'writes': len(writes),
             'size': st.median(int(w['bytes_accepted']) for w in writes),
             'ahead': st.median(int(w['notsent_before']) for w in writes),
             'delay': st.median(departed) if departed else None,
-        })
+        }
+        groups[key].append(run)
+        per_run.append({'cell': r['cell'], 'rate': r['rate'], 'config': r['config'],
+                        'repetition': r['repetition'], 'writes': run['writes'],
+                        'bytes_per_write_p50': plain(run['size']),
+                        'unsent_ahead_p50_bytes': plain(run['ahead']),
+                        'last_byte_delay_p50_ns': plain(run['delay'])})
+    with open(csv_path, 'w', newline='') as f:
+        w = csv.DictWriter(f, fieldnames=PER_RUN, lineterminator='\n')
+        w.writeheader()
+        w.writerows(per_run)
     print(f"# What the writes were made of: {os.path.basename(os.path.normpath(run_dir))}\n")
     print("Per run, over the writes after the warm-up of the connection that carried the most: the median "
           "bytes a send call queued, the median unsent bytes queued ahead of it, and the median delay of its "
@@ -91,6 +116,7 @@ def main(run_dir):
 
 
 if __name__ == '__main__':
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__.split('\n\n')[1])
-    main(sys.argv[1])
+    run = sys.argv[1]
+    main(run, sys.argv[2] if len(sys.argv) == 3 else os.path.join(run, 'writes-per-run.csv'))
