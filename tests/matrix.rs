@@ -1122,32 +1122,71 @@ fn the_timestamp_sources_table_is_what_its_script_makes_of_the_runs() {
     assert!(out.stderr.contains("within_50us"), "{}", out.stderr);
 }
 
+/// Runs scripts/analysis/SCRIPT on a committed run (RUN_DIR and a CSV path, the table on
+/// stdout) and checks that the run's committed `table` and `csv` are what it makes.
+fn script_remakes(run: &Path, script: &str, table: &str, csv: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempdir("script-remakes");
+    let made_csv = dir.join(csv);
+    let out = common::run_program(
+        root.join("scripts/analysis").join(script).to_str().unwrap(),
+        &[run.to_str().unwrap(), made_csv.to_str().unwrap()],
+        Duration::from_secs(300),
+    );
+    assert!(out.status.success(), "{script}: {}", out.stderr);
+    for (made, file) in [
+        (out.stdout, table),
+        (std::fs::read_to_string(&made_csv).unwrap(), csv),
+    ] {
+        assert_eq!(
+            made.trim_end(),
+            std::fs::read_to_string(run.join(file)).unwrap().trim_end(),
+            "{}/{file} is not what {script} makes of the run",
+            run.display()
+        );
+    }
+}
+
+/// Each run's writes.md, and the per-run figures its brackets are made of
+/// (writes-per-run.csv), are what scripts/analysis/write-anatomy.py makes of the run's cells.
+#[test]
+fn the_write_anatomy_tables_are_what_their_script_makes_of_the_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for run in ["unmodified", "unmodified-bbr", "python-vs-sbm-send"] {
+        script_remakes(
+            &root.join("results").join(run),
+            "write-anatomy.py",
+            "writes.md",
+            "writes-per-run.csv",
+        );
+    }
+}
+
+/// Each UML stress run's count of lost timer expiries (recoveries.md, recoveries.csv: the
+/// guest consoles' kernel/patches/0006 lines) is what scripts/analysis/uml-recoveries.py makes
+/// of the run's committed cells.
+#[test]
+fn the_uml_stress_runs_recoveries_are_what_their_script_makes_of_the_cells() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for run in ["uml-hang-stress", "uml-hang-stress-0013"] {
+        script_remakes(
+            &root.join("results").join(run),
+            "uml-recoveries.py",
+            "recoveries.md",
+            "recoveries.csv",
+        );
+    }
+}
+
 /// results/invitation-backlog's table and per-run CSV (docs/draft-note.md's question 1) are
 /// what scripts/analysis/invitation-backlog.py makes of the run's committed files.
 #[test]
 fn the_invitation_backlog_table_is_what_its_script_makes_of_the_run() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let run = root.join("results/invitation-backlog");
-    let dir = tempdir("invitation-backlog");
-    let csv = dir.join("invitations.csv");
-    let out = common::run_program(
-        root.join("scripts/analysis/invitation-backlog.py")
-            .to_str()
-            .unwrap(),
-        &[run.to_str().unwrap(), csv.to_str().unwrap()],
-        Duration::from_secs(120),
-    );
-    assert!(out.status.success(), "{}", out.stderr);
-    assert_eq!(
-        out.stdout.trim_end(),
-        std::fs::read_to_string(run.join("backlog.md"))
-            .unwrap()
-            .trim_end(),
-        "results/invitation-backlog/backlog.md is not what the script makes of the run"
-    );
-    assert_eq!(
-        std::fs::read_to_string(&csv).unwrap(),
-        std::fs::read_to_string(run.join("invitations.csv")).unwrap(),
-        "results/invitation-backlog/invitations.csv is not what the script makes of the run"
+    script_remakes(
+        &root.join("results/invitation-backlog"),
+        "invitation-backlog.py",
+        "backlog.md",
+        "invitations.csv",
     );
 }
