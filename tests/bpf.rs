@@ -891,6 +891,7 @@ fn a_command_cell_traces_an_unmodified_server_and_applies_its_settings() {
         );
     }
     let before = attached();
+    let scratch_before = cell_scratch_dirs();
     let dir = tempdir("command-cells");
     let matrix = dir.join("unmodified.toml");
     let command = r#"workload = "command"
@@ -998,19 +999,29 @@ client = ["scripts/unmodified/http-get", "http://{addr}:{port}/file", "{seconds}
     // Nothing left: the path's namespaces, the cells' scratch directories, BPF state.
     let netns = run_program("ip", &["netns", "list"], Duration::from_secs(30)).stdout;
     assert!(!netns.contains(&format!("{prefix}-")), "{netns}");
-    let scratch: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+    // Only this run's: a run killed by SIGKILL elsewhere on the machine leaves its own.
+    let scratch: Vec<_> = cell_scratch_dirs()
+        .difference(&scratch_before)
+        .cloned()
+        .collect();
+    assert!(scratch.is_empty(), "{scratch:?}");
+    assert_nothing_new(&before, "the cells");
+}
+
+/// The command cells' scratch directories (`sbm-cell-PID-2mbit-CONFIG`) in the temp dir.
+fn cell_scratch_dirs() -> std::collections::BTreeSet<PathBuf> {
+    std::fs::read_dir(std::env::temp_dir())
         .unwrap()
         .flatten()
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
             name.starts_with("sbm-cell-")
                 && ["plain", "lowat", "bpf"]
                     .iter()
                     .any(|c| name.ends_with(&format!("-2mbit-{c}")))
         })
-        .collect();
-    assert!(scratch.is_empty(), "{scratch:?}");
-    assert_nothing_new(&before, "the cells");
+        .collect()
 }
 
 /// `--timestamps auto`, the default: as root on this kernel (which has BPF TX timestamping)
