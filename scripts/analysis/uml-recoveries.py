@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Lost timer expiries in a run of UML guest cells, from each guest's console.
 
-Usage: scripts/analysis/uml-recoveries.py RUN_DIR [CSV] > RUN_DIR/recoveries.md
+Usage: scripts/analysis/uml-recoveries.py RUN_DIR [CSV] [--against OTHER_RUN] > RUN_DIR/recoveries.md
 
 RUN_DIR is a matrix run of UML guest cells (`scripts/matrix run uml-hang-stress`). A guest
 kernel with kernel/patches/0006 recovers a timer expiry that never reached it and says so on
@@ -15,9 +15,16 @@ since 0006 prints only at powers of two), and prints the run's totals: cells and
 status, guests that recovered an expiry, and the attempts kept in RUN_DIR/hung/ (a guest
 found hung is kept there and its cell run again).
 
+With --against OTHER_RUN (a run of the same preset on another kernel, its recoveries.csv
+made), it also compares the two: the share of guests that recovered an expiry in each, and
+how likely a split at least as lopsided is if the two kernels lose expiries at one rate
+(one-sided Fisher's exact test: the chance that this run gets this few of the two runs'
+recovering guests, drawn at random from all the guests read).
+
 Standard library only.
 """
 import csv
+import math
 import os
 import re
 import sys
@@ -45,7 +52,35 @@ def one_cell(run_dir, row):
             'recovered': recovered, 'dropped_in_handler': dropped}
 
 
-def main(run_dir, csv_path):
+def fisher_at_most(k, n, k_other, n_other):
+    """P(X <= k), X the recovering guests among n when the k + k_other of all n + n_other
+    guests are spread at random (hypergeometric)."""
+    total, hits = n + n_other, k + k_other
+    return sum(math.comb(n, i) * math.comb(n_other, hits - i)
+               for i in range(0, min(k, hits) + 1)
+               if hits - i <= n_other) / math.comb(total, hits)
+
+
+def compare(name, read, recovering, other_dir):
+    """The comparison section: this run against OTHER_RUN's recoveries.csv."""
+    with open(os.path.join(other_dir, 'recoveries.csv'), newline='') as f:
+        other = [r for r in csv.DictReader(f) if r['console'] == 'yes']
+    other_name = os.path.basename(os.path.normpath(other_dir))
+    k_other = sum(int(r['recovered']) > 0 for r in other)
+    k, n, n_other = len(recovering), len(read), len(other)
+    p = fisher_at_most(k, n, k_other, len(other))
+    print(f'\n## Against {other_name}\n')
+    print('| run | guests read | guests that recovered a lost expiry |')
+    print('|---|---|---|')
+    print(f'| {other_name} | {n_other} | {k_other} |')
+    print(f'| {name} | {n} | {k} |')
+    share = f'{k} or fewer' if k else 'none'
+    print(f'\nIf both kernels lost expiries at one rate, {share} of the {k + k_other} '
+          f'recovering guests would fall in {name} with probability {p:.3f} '
+          '(one-sided Fisher\'s exact test).')
+
+
+def main(run_dir, csv_path, other_dir=None):
     with open(os.path.join(run_dir, 'summary.csv'), newline='') as f:
         cells = list(csv.DictReader(f))
     rows = [one_cell(run_dir, r) for r in cells]
@@ -75,10 +110,20 @@ def main(run_dir, csv_path):
     if recovering:
         print('\nGuests that recovered: ' + ', '.join(
             f'{r["cell"]} ({r["recovered"]})' for r in recovering) + '.')
+    if other_dir:
+        compare(name, read, recovering, other_dir)
 
 
 if __name__ == '__main__':
-    if len(sys.argv) not in (2, 3):
+    args = sys.argv[1:]
+    against = None
+    if '--against' in args:
+        i = args.index('--against')
+        if i + 1 == len(args):
+            sys.exit('uml-recoveries.py: --against needs a run directory')
+        against = args[i + 1]
+        del args[i:i + 2]
+    if len(args) not in (1, 2):
         sys.exit(__doc__.split('\n\n')[1])
-    run = sys.argv[1]
-    main(run, sys.argv[2] if len(sys.argv) == 3 else os.path.join(run, 'recoveries.csv'))
+    run = args[0]
+    main(run, args[1] if len(args) == 2 else os.path.join(run, 'recoveries.csv'), against)
