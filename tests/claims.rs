@@ -19,6 +19,36 @@ fn repo() -> PathBuf {
 #[derive(Debug, Deserialize)]
 struct Claims {
     claim: Vec<Claim>,
+    #[serde(default)]
+    table: Vec<TableCheck>,
+}
+
+/// A table of the document whose cells are the figures of a rendered file (a run's
+/// table.md): each checked cell's figures, as the cell rounds them, are all figures of one
+/// line of the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableCheck {
+    /// The table's header row, verbatim: it finds the table (the first after `after`).
+    header: String,
+    /// A line the table follows (its section's heading), where two tables share a header.
+    after: Option<String>,
+    #[serde(default = "default_doc")]
+    doc: String,
+    /// The rendered files (a `*` matches within one path component).
+    rows: String,
+    /// A second set of files (a run's aggregates.csv beside its table.md): a cell's figures
+    /// may then be split between one line of `rows` and one line of `also`.
+    also: Option<String>,
+    /// The columns checked, counted from 1.
+    columns: Vec<usize>,
+    /// A source figure also stands for itself times each of these (1e-3: µs read as ms,
+    /// 1e-6: bit/s as Mb/s), rounded as the text writes it.
+    #[serde(default)]
+    scales: Vec<f64>,
+    /// Rows left to claims: those whose first cells, joined by " | ", start with one of these.
+    #[serde(default)]
+    except: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -33,6 +63,9 @@ struct Claim {
     rows: String,
     /// JSON: the value in each file.
     pointer: Option<String>,
+    /// Text (a table an analysis script made, which a test remakes): the number right after
+    /// this text in each file.
+    after: Option<String>,
     /// The files as a commit holds them (a history section's results, no longer in the
     /// tree): `rows` is then one path, read with `git show COMMIT:PATH`.
     at: Option<String>,
@@ -184,6 +217,21 @@ fn values(c: &Claim) -> Result<Vec<f64>, String> {
     let mut out = vec![];
     for (name, text) in &texts {
         let f = Path::new(name);
+        if let Some(after) = &c.after {
+            let at = text
+                .find(after.as_str())
+                .ok_or_else(|| format!("{}: no '{after}'", f.display()))?;
+            let number: String = text[at + after.len()..]
+                .chars()
+                .take_while(|ch| ch.is_ascii_digit() || *ch == '.')
+                .collect();
+            let x: f64 = number
+                .trim_end_matches('.')
+                .parse()
+                .map_err(|_| format!("{}: no number after '{after}'", f.display()))?;
+            out.push(x * c.scale + c.offset);
+            continue;
+        }
         if let Some(pointer) = &c.pointer {
             let v: serde_json::Value =
                 serde_json::from_str(text).map_err(|e| format!("{}: {e}", f.display()))?;
@@ -317,21 +365,39 @@ fn rendered(c: &Claim) -> Result<String, String> {
 /// paragraph too) one space, and digit groups written apart ("7 068", "5 417 448") one
 /// number.
 fn ungrouped(s: &str) -> String {
-    let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    let chars: Vec<char> = s.chars().collect();
-    let mut out = String::with_capacity(s.len());
-    for (i, &ch) in chars.iter().enumerate() {
-        let grouped = (ch == ' ' || ch == '\u{202f}')
-            && i > 0
-            && chars[i - 1].is_ascii_digit()
-            && chars.len() > i + 3
-            && chars[i + 1..i + 4].iter().all(char::is_ascii_digit)
-            && chars.get(i + 4).is_none_or(|c| !c.is_ascii_digit());
+    ungrouped_lined(s).0
+}
+
+/// `ungrouped(s)`, and for each of its bytes the line of `s` it comes from.
+fn ungrouped_lined(s: &str) -> (String, Vec<usize>) {
+    // White space collapsed, each char with its line.
+    let mut chars: Vec<(char, usize)> = Vec::with_capacity(s.len());
+    let (mut line, mut space) = (1, false);
+    for ch in s.chars() {
+        if ch.is_whitespace() {
+            space = !chars.is_empty();
+            if ch == '\n' {
+                line += 1;
+            }
+            continue;
+        }
+        if space {
+            chars.push((' ', line));
+            space = false;
+        }
+        chars.push((ch, line));
+    }
+    let digit = |i: usize| chars.get(i).is_some_and(|(c, _)| c.is_ascii_digit());
+    let (mut out, mut lines) = (String::with_capacity(s.len()), Vec::with_capacity(s.len()));
+    for (i, &(ch, line)) in chars.iter().enumerate() {
+        let grouped =
+            ch == ' ' && i > 0 && digit(i - 1) && (i + 1..i + 4).all(digit) && !digit(i + 4);
         if !grouped {
             out.push(ch);
+            lines.extend(std::iter::repeat_n(line, ch.len_utf8()));
         }
     }
-    out
+    (out, lines)
 }
 
 /// Whether `text` writes `figure` as a figure of its own: "18" is in "18 ms (18–18)" but
@@ -351,11 +417,9 @@ fn contains_figure(text: &str, figure: &str) -> bool {
     })
 }
 
-fn load() -> Vec<Claim> {
+fn load_all() -> Claims {
     let text = std::fs::read_to_string(repo().join("results/claims.toml")).unwrap();
-    toml::from_str::<Claims>(&text)
-        .unwrap_or_else(|e| panic!("results/claims.toml: {e}"))
-        .claim
+    toml::from_str::<Claims>(&text).unwrap_or_else(|e| panic!("results/claims.toml: {e}"))
 }
 
 /// The figures of `text`: runs of digits with their decimals, digit groups joined.
@@ -377,6 +441,186 @@ fn figures(text: &str) -> Vec<String> {
         out.push(cur);
     }
     out
+}
+
+/// Whether the figure `written` (as the text rounds it) is `source` rounded alike: "1.3"
+/// and "22.0" stand for 1.31 and 22.00, "203" for 203; a figure with more decimals than its
+/// source never does.
+fn rounds_to(written: &str, source: &str) -> bool {
+    let decimals = written.split_once('.').map_or(0, |(_, d)| d.len());
+    let source_decimals = source.split_once('.').map_or(0, |(_, d)| d.len());
+    match source.parse::<f64>() {
+        Ok(v) if decimals <= source_decimals => format!("{v:.decimals$}") == written,
+        _ => false,
+    }
+}
+
+/// The cells of a markdown table row, trimmed (`| a | b |` -> [a, b]).
+fn cells(row: &str) -> Vec<&str> {
+    let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
+    inner.split('|').map(str::trim).collect()
+}
+
+/// Checks one table against its rendered files: the problems, and the (line, figure) pairs
+/// it checked.
+fn check_table(
+    t: &TableCheck,
+    doc: &str,
+) -> (Vec<String>, std::collections::BTreeSet<(usize, String)>) {
+    let mut wrong = vec![];
+    let mut checked = std::collections::BTreeSet::new();
+    let lines: Vec<&str> = doc.lines().collect();
+    let from = match &t.after {
+        Some(after) => lines.iter().position(|l| l.trim() == after.trim()),
+        None => Some(0),
+    };
+    let Some(start) =
+        from.and_then(|from| (from..lines.len()).find(|&i| lines[i].trim() == t.header.trim()))
+    else {
+        return (
+            vec![format!("{}: no table with the header {}", t.doc, t.header)],
+            checked,
+        );
+    };
+    // Each line of the files, as its figures.
+    let lines_of = |pattern: &str| -> Result<Vec<Vec<String>>, String> {
+        let files = expand(pattern);
+        if files.is_empty() {
+            return Err(format!("{}: no file matches {pattern}", t.doc));
+        }
+        Ok(files
+            .iter()
+            .flat_map(|f| read_text(f).lines().map(figures).collect::<Vec<_>>())
+            .collect())
+    };
+    let source = match lines_of(&t.rows) {
+        Ok(s) => s,
+        Err(e) => return (vec![e], checked),
+    };
+    // Without `also`, one empty line: every figure must then be in `rows`.
+    let also = match t.also.as_deref().map(lines_of) {
+        None => vec![vec![]],
+        Some(Ok(s)) => s,
+        Some(Err(e)) => return (vec![e], checked),
+    };
+    let holds = |line: &[String], w: &str| {
+        line.iter().any(|g| {
+            rounds_to(w, g)
+                || t.scales.iter().any(|scale| {
+                    let decimals = w.split_once('.').map_or(0, |(_, d)| d.len());
+                    g.parse::<f64>()
+                        .is_ok_and(|v| format!("{:.decimals$}", v * scale) == w)
+                })
+        })
+    };
+    for (i, row) in lines.iter().enumerate().skip(start + 2) {
+        if !row.trim_start().starts_with('|') {
+            break;
+        }
+        let row_cells = cells(row);
+        let key = row_cells.join(" | ");
+        if t.except.iter().any(|e| key.starts_with(e.as_str())) {
+            continue;
+        }
+        for &c in &t.columns {
+            let Some(cell) = row_cells.get(c - 1) else {
+                wrong.push(format!("{} line {}: no column {c}", t.doc, i + 1));
+                continue;
+            };
+            let written: Vec<String> = prose_figures(&ungrouped(cell))
+                .into_iter()
+                .map(|(_, f)| f)
+                .collect();
+            let found = source.iter().any(|line| {
+                also.iter()
+                    .any(|other| written.iter().all(|w| holds(line, w) || holds(other, w)))
+            });
+            if found {
+                checked.extend(written.into_iter().map(|w| (i + 1, w)));
+            } else {
+                wrong.push(format!(
+                    "{} line {}: '{cell}' — its figures are in no one line of {}",
+                    t.doc,
+                    i + 1,
+                    t.rows
+                ));
+            }
+        }
+    }
+    (wrong, checked)
+}
+
+/// The figures a reader reads as measurements in `text` (already ungrouped), each with its
+/// byte offset: those of `figures`, less names — digits inside code spans, in a word with a
+/// letter (`r219`, `mss1228`, a commit, a path, §4), in dates and in versions (6.12.117).
+fn prose_figures(text: &str) -> Vec<(usize, String)> {
+    let name_char = |c: char| c.is_ascii_alphanumeric() || "_-/.:#§^@".contains(c);
+    let mut out = vec![];
+    let mut in_code = false;
+    let mut rest = text.char_indices().peekable();
+    while let Some((at, ch)) = rest.next() {
+        if ch == '`' {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code || !name_char(ch) {
+            continue;
+        }
+        let mut end = at + ch.len_utf8();
+        while let Some(&(i, c)) = rest.peek() {
+            if !name_char(c) {
+                break;
+            }
+            end = i + c.len_utf8();
+            rest.next();
+        }
+        let word = &text[at..end];
+        let date = word.len() >= 10
+            && word.as_bytes()[4] == b'-'
+            && word.as_bytes()[7] == b'-'
+            && word[..4].bytes().all(|b| b.is_ascii_digit());
+        if date
+            || word
+                .chars()
+                .any(|c| c.is_alphabetic() || "_§#@".contains(c))
+        {
+            continue;
+        }
+        let mut from = 0;
+        for figure in figures(word) {
+            let i = from + word[from..].find(&figure).unwrap();
+            from = i + figure.len();
+            // A version (6.12.117) names a release.
+            if figure.matches('.').count() < 2 {
+                out.push((at + i, figure));
+            }
+        }
+    }
+    out
+}
+
+/// The figures of `doc` outside every claim's text: (line, figure, the line's words around it).
+fn unchecked_figures(
+    doc: &str,
+    claim_texts: &[String],
+    in_tables: &std::collections::BTreeSet<(usize, String)>,
+) -> Vec<(usize, String, String)> {
+    let (text, lines) = ungrouped_lined(doc);
+    let mut covered = vec![false; text.len()];
+    for t in claim_texts {
+        for (at, m) in text.match_indices(t.as_str()) {
+            covered[at..at + m.len()].iter_mut().for_each(|c| *c = true);
+        }
+    }
+    prose_figures(&text)
+        .into_iter()
+        .filter(|(at, figure)| !covered[*at] && !in_tables.contains(&(lines[*at], figure.clone())))
+        .map(|(at, figure)| {
+            let line = lines[at];
+            let words = doc.lines().nth(line - 1).unwrap_or("").trim().to_string();
+            (line, figure, words)
+        })
+        .collect()
 }
 
 /// The findings page: from its heading to the next second-level heading.
@@ -401,7 +645,10 @@ fn bold_figures(md: &str) -> Vec<String> {
 
 #[test]
 fn every_claim_in_the_results_readme_is_what_its_files_say() {
-    let claims = load();
+    let Claims {
+        claim: claims,
+        table: tables,
+    } = load_all();
     let mut docs: BTreeMap<String, String> = BTreeMap::new();
     let mut wrong = vec![];
     let mut unread_history = 0;
@@ -454,15 +701,33 @@ fn every_claim_in_the_results_readme_is_what_its_files_say() {
             ));
         }
     }
-    // Over the whole document: the figures inside a claim's text, and the rest.
-    let all = figures(&readme).len();
-    // (Each text once: several claims may check the figures of one phrase.)
-    let texts: std::collections::BTreeSet<&String> = claimed.iter().collect();
-    let covered: usize = texts.iter().map(|t| figures(t).len()).sum();
+    // Over the whole document: the figures a reader reads as measurements, and those outside
+    // every claim's text (listed in a file, line by line, for whoever covers them next).
+    // The tables checked against their rendered files.
+    let mut in_tables = std::collections::BTreeSet::new();
+    for t in &tables {
+        let text = std::fs::read_to_string(repo().join(&t.doc)).unwrap();
+        let (problems, checked) = check_table(t, &text);
+        wrong.extend(problems);
+        if t.doc == "results/README.md" {
+            in_tables.extend(checked);
+        }
+    }
+    let all = prose_figures(&ungrouped(&readme)).len();
+    let unchecked = unchecked_figures(&readme, &claimed, &in_tables);
+    let list = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("claims-unchecked.txt");
+    let listing: String = unchecked
+        .iter()
+        .map(|(line, figure, words)| format!("{line}: {figure}\t{words}\n"))
+        .collect();
+    std::fs::write(&list, listing).unwrap();
     eprintln!(
-        "results/README.md: {} claims checked; {covered} of its {all} figures are in a claim's text, {} not yet; findings page: {} bold figures, {unchecked_findings} unchecked",
+        "results/README.md: {} claims and {} tables checked; {} of its {all} figures are in a claim's text or a checked table, {} not yet ({}); findings page: {} bold figures, {unchecked_findings} unchecked",
         claims.len(),
-        all.saturating_sub(covered),
+        tables.len(),
+        all - unchecked.len(),
+        unchecked.len(),
+        list.display(),
         bold_figures(page).len()
     );
     if unread_history > 0 {
@@ -488,6 +753,54 @@ fn the_checker_reads_figures_as_the_text_writes_them() {
         ["22.90 s", "80 of 80"]
     );
     assert_eq!(ungrouped("at\n  MSS 1 228"), "at MSS 1228");
+    let figures_only = |t: &str| -> Vec<String> {
+        prose_figures(&ungrouped(t))
+            .into_iter()
+            .map(|(_, f)| f)
+            .collect()
+    };
+    assert_eq!(
+        figures_only(
+            "§6: 15 of 20 (r219, `mss1228`, 7ac7b152, log-2026-12-07.txt, 2026-12-07, 6.12.117) at 1.89–2.5 Mb/s, n = 5."
+        ),
+        ["15", "20", "1.89", "2.5", "5"]
+    );
+    assert!(rounds_to("22.0", "22.00") && rounds_to("1.3", "1.31") && rounds_to("203", "203"));
+    assert!(!rounds_to("1.31", "1.3") && !rounds_to("203", "202") && !rounds_to("22", "22.9"));
+    // A table against a rendered file: a cell whose figures one line of the file holds
+    // passes; one figure changed, and it fails.
+    let table = TableCheck {
+        header: "| rule | ours |".into(),
+        after: None,
+        doc: "test".into(),
+        rows: "results/paper/table.md".into(),
+        also: None,
+        columns: vec![2],
+        scales: vec![],
+        except: vec!["left".into()],
+    };
+    let (problems, checked) = check_table(
+        &table,
+        "x\n| rule | ours |\n|---|---|\n| a | 22.90 s (22.90–22.92) @ 1.89 Mb/s |\n\
+         | b | 22.91 s |\n| left | 1 |\n\nafter 7\n",
+    );
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("line 5"), "{problems:?}");
+    assert!(checked.contains(&(4, "22.92".to_string())) && checked.len() == 3);
+    let (text, lines) = ungrouped_lined("a 7 068\nb\n\n  19.5 c");
+    assert_eq!(text, "a 7068 b 19.5 c");
+    assert_eq!(lines[text.find("19.5").unwrap()], 4);
+    assert_eq!(
+        unchecked_figures(
+            "x 12 and 13\ny 14",
+            &["and 13 y".to_string()],
+            &Default::default()
+        ),
+        [
+            (1, "12".to_string(), "x 12 and 13".to_string()),
+            (2, "14".to_string(), "y 14".to_string())
+        ]
+    );
     assert!(contains_figure("18 ms (18–18)", "18"));
     assert!(!contains_figure("118 ms or 1.18 or 18.5", "18"));
     assert!(contains_figure("at 1.89.", "1.89"));
@@ -510,6 +823,7 @@ fn the_checker_reads_figures_as_the_text_writes_them() {
         doc: default_doc(),
         rows: "results/paper/aggregates.csv".into(),
         pointer: None,
+        after: None,
         at: None,
         filter: vec!["config=default".into(), "rate=2mbit".into()],
         column: Some("p50_median_us".into()),
@@ -522,6 +836,17 @@ fn the_checker_reads_figures_as_the_text_writes_them() {
         bare: false,
     };
     assert_eq!(rendered(&c).unwrap(), "22.90 s");
+    // A figure of a script's table, read after its words.
+    let c = Claim {
+        rows: "results/paper/table.md".into(),
+        after: Some("| Default (8 MB sndbuf) | 2 Mb/s | median ".into()),
+        filter: vec![],
+        column: None,
+        delay: false,
+        decimals: 2,
+        ..c
+    };
+    assert_eq!(rendered(&c).unwrap(), "22.00");
 }
 
 /// `scripts/uml-alarm-trace ARGS`'s output; it must succeed.

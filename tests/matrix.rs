@@ -1122,15 +1122,19 @@ fn the_timestamp_sources_table_is_what_its_script_makes_of_the_runs() {
     assert!(out.stderr.contains("within_50us"), "{}", out.stderr);
 }
 
-/// Runs scripts/analysis/SCRIPT on a committed run (RUN_DIR and a CSV path, the table on
-/// stdout) and checks that the run's committed `table` and `csv` are what it makes.
-fn script_remakes(run: &Path, script: &str, table: &str, csv: &str) {
+/// Runs scripts/analysis/SCRIPT on a committed run (RUN_DIR, a CSV path and `more_args`, the
+/// table on stdout) and checks that the run's committed `table` and `csv` are what it makes.
+fn script_remakes(run: &Path, script: &str, table: &str, csv: &str, more_args: &[&str]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempdir("script-remakes");
     let made_csv = dir.join(csv);
     let out = common::run_program(
         root.join("scripts/analysis").join(script).to_str().unwrap(),
-        &[run.to_str().unwrap(), made_csv.to_str().unwrap()],
+        &[
+            &[run.to_str().unwrap(), made_csv.to_str().unwrap()],
+            more_args,
+        ]
+        .concat(),
         Duration::from_secs(300),
     );
     assert!(out.status.success(), "{script}: {}", out.stderr);
@@ -1158,6 +1162,7 @@ fn the_write_anatomy_tables_are_what_their_script_makes_of_the_runs() {
             "write-anatomy.py",
             "writes.md",
             "writes-per-run.csv",
+            &[],
         );
     }
 }
@@ -1168,14 +1173,22 @@ fn the_write_anatomy_tables_are_what_their_script_makes_of_the_runs() {
 #[test]
 fn the_uml_stress_runs_recoveries_are_what_their_script_makes_of_the_cells() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for run in ["uml-hang-stress", "uml-hang-stress-0013"] {
-        script_remakes(
-            &root.join("results").join(run),
-            "uml-recoveries.py",
-            "recoveries.md",
-            "recoveries.csv",
-        );
-    }
+    script_remakes(
+        &root.join("results/uml-hang-stress"),
+        "uml-recoveries.py",
+        "recoveries.md",
+        "recoveries.csv",
+        &[],
+    );
+    // The run on the fixed kernel is compared with the one on 0006 alone.
+    let baseline = root.join("results/uml-hang-stress");
+    script_remakes(
+        &root.join("results/uml-hang-stress-0013"),
+        "uml-recoveries.py",
+        "recoveries.md",
+        "recoveries.csv",
+        &["--against", baseline.to_str().unwrap()],
+    );
 }
 
 /// results/invitation-backlog's table and per-run CSV (docs/draft-note.md's question 1) are
@@ -1188,5 +1201,98 @@ fn the_invitation_backlog_table_is_what_its_script_makes_of_the_run() {
         "invitation-backlog.py",
         "backlog.md",
         "invitations.csv",
+        &[],
+    );
+}
+
+/// scripts/analysis/underrun.py on a made-up run whose times are known: a socket dry (nothing
+/// unsent, the window with room) for 0.3 s and, up to the end of the writing, 0.1 s of a 2 s
+/// window; idle 0.1 s of it; a Nagle-held tail with room 0.05 s; a stretch with nothing
+/// unsent but a full window is not dry, nor is anything before the warm-up ends or after
+/// the writing stops. A run without rule-trace.csv and a failed run get empty figures.
+#[test]
+fn underrun_times_the_dry_socket_from_its_rule_trace() {
+    /// A rule-trace.csv row: seconds from the start, notsent, unacked, cwnd, sub_mss_tail.
+    type TraceRow = (f64, u32, u32, u32, bool);
+    let dir = tempdir("underrun");
+    let run = dir.join("run");
+    let t0: u64 = 1_000_000_000_000;
+    let s = |secs: f64| t0 + (secs * 1e9).round() as u64;
+    let cell = |name: &str, trace: Option<&[TraceRow]>| {
+        let c = run.join(name);
+        std::fs::create_dir_all(&c).unwrap();
+        std::fs::write(
+            c.join("summary.json"),
+            format!(
+                r#"{{"started_unix_ns": {t0}, "config": {{"warmup_s": 1.0, "time_limit_s": 3.0}}}}"#
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            c.join("meta.json"),
+            r#"{"send_command": ["sbm-send", "--rule-trace", "1ms"]}"#,
+        )
+        .unwrap();
+        if let Some(rows) = trace {
+            let mut csv = String::from("t_ns,notsent,unacked,mss,cwnd,sub_mss_tail\n");
+            for &(t, notsent, unacked, cwnd, tail) in rows {
+                csv += &format!("{},{notsent},{unacked},1448,{cwnd},{tail}\n", s(t));
+            }
+            std::fs::write(c.join("rule-trace.csv"), csv).unwrap();
+        }
+    };
+    cell(
+        "2mbit-a-r1",
+        Some(&[
+            (0.5, 0, 0, 10, false), // before the window: dry and idle, not counted
+            (0.9, 100, 5, 10, false),
+            (1.5, 0, 5, 10, false), // dry
+            (1.7, 0, 0, 10, false), // dry and idle
+            (1.8, 500, 10, 10, false),
+            (2.5, 300, 2, 10, true), // held
+            (2.6, 0, 10, 10, false), // nothing unsent, but no room
+            (2.9, 0, 3, 10, false),  // dry to the end of the writing
+            (3.5, 0, 0, 10, false),  // after it
+        ]),
+    );
+    cell("2mbit-a-r2", None);
+    cell("2mbit-a-r3", Some(&[(0.5, 0, 0, 10, false)]));
+    std::fs::write(
+        run.join("summary.csv"),
+        "cell,rate,config,repetition,status,goodput_bps\n\
+         2mbit-a-r1,2mbit,a,1,ok,1900000\n\
+         2mbit-a-r2,2mbit,a,2,ok,1900000\n\
+         2mbit-a-r3,2mbit,a,3,failed,\n",
+    )
+    .unwrap();
+    let csv_path = dir.join("underrun.csv");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = common::run_program(
+        root.join("scripts/analysis/underrun.py").to_str().unwrap(),
+        &[run.to_str().unwrap(), csv_path.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    let rows = read_csv(&csv_path);
+    let r1 = &rows[0];
+    for (column, want) in [
+        ("trace_every_ms", "1"),
+        ("window_s", "2.000"),
+        ("dry_share", "0.2000"),
+        ("dry_stretches", "2"),
+        ("dry_longest_ms", "300.0"),
+        ("idle_share", "0.0500"),
+        ("held_share", "0.0500"),
+    ] {
+        assert_eq!(r1[column], want, "{column}: {r1:?}");
+    }
+    for r in &rows[1..] {
+        assert_eq!(r["dry_share"], "", "{r:?}");
+    }
+    assert!(
+        out.stdout
+            .contains("| a | 1 of 3 | 20.0 % | 2 | 300.0 ms | 5.0 % | 5.0 % | 1.90 Mb/s |"),
+        "{}",
+        out.stdout
     );
 }

@@ -21,15 +21,15 @@ Standard library only.
 """
 import csv
 import functools
-import math
 import os
-import statistics as st
 import sys
 import tomllib
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cellfiles  # noqa: E402
+import runtable  # noqa: E402
+from runtable import kb, ms, pct, spread  # noqa: E402
 
 NOT_INVITATIONS = ('burst', 'paced-start')
 FIELDS = ['cell', 'rate', 'config', 'repetition', 'status', 'goodput_bps', 'writes',
@@ -38,15 +38,6 @@ FIELDS = ['cell', 'rate', 'config', 'repetition', 'status', 'goodput_bps', 'writ
           'backlog_p50_ms',
           'threshold_p50_bytes', 'backlog_over_threshold_p50', 'below_half_threshold_share',
           'zero_backlog_share']
-
-
-def pct(values, q):
-    """The q-th percentile of a sorted list by nearest rank: the ceil(q/100 × n)-th value
-    (Python's round() rounds halves to even, so it is not used here)."""
-    if not values:
-        return None
-    k = max(1, min(len(values), math.ceil(q * len(values) / 100)))
-    return values[k - 1]
 
 
 def threshold_of(row, lowat):
@@ -103,25 +94,6 @@ def config_args(run_dir):
     return {name: c.get('args', []) for name, c in configs.items()}
 
 
-def spread(values, fmt):
-    """'median [min–max]' of the non-empty values, or '—'."""
-    vals = [float(v) for v in values if v not in ('', None)]
-    if not vals:
-        return '—'
-    med = st.median(vals)
-    if len(vals) == 1:
-        return fmt(med)
-    return f"{fmt(med)} [{fmt(min(vals))}–{fmt(max(vals))}]"
-
-
-def ms(v):
-    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.1f} ms"
-
-
-def kb(v):
-    return f"{v / 1000:.1f} KB" if v >= 1000 else f"{v:.0f} B"
-
-
 def main(run_dir, csv_path):
     summary = list(csv.DictReader(open(os.path.join(run_dir, 'summary.csv'))))
     rows = [one_run(run_dir, s) for s in summary]
@@ -161,7 +133,7 @@ def main(run_dir, csv_path):
                   f"| {spread([r['zero_backlog_share'] for r in ok], lambda v: f'{100 * v:.0f} %')} "
                   f"| {spread([r['short_writes'] for r in ok], lambda v: f'{v:.0f}')} "
                   f"| {spread([r['accepted_p50_bytes'] for r in ok], kb)} "
-                  f"| {spread([r['goodput_bps'] for r in ok], lambda v: f'{v / 1e6:.2f} Mb/s')} |")
+                  f"| {spread([r['goodput_bps'] for r in ok], runtable.rate)} |")
         print()
 
 
