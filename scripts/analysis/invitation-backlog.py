@@ -138,16 +138,4 @@ def main(run_dir, csv_path):
 
 
 if __name__ == '__main__':
-    if sys.argv[1:] in (['-h'], ['--help']):
-        print(__doc__.strip())
-        sys.exit(0)
-    if len(sys.argv) not in (2, 3) or sys.argv[1].startswith('-'):
-        print(f"invitation-backlog.py: expects a run directory (and where to write the CSV); "
-              f"{__doc__.strip().splitlines()[2]}", file=sys.stderr)
-        sys.exit(2)
-    if not os.path.isfile(os.path.join(sys.argv[1], 'summary.csv')):
-        print(f"invitation-backlog.py: no summary.csv in {sys.argv[1]} (a matrix run's directory)",
-              file=sys.stderr)
-        sys.exit(1)
-    run = sys.argv[1].rstrip('/')
-    main(run, sys.argv[2] if len(sys.argv) == 3 else os.path.join(run, 'invitations.csv'))
+    main(*runtable.main_args(sys.argv, __doc__, 'invitations.csv'))

@@ -1,8 +1,11 @@
-"""The figures of the analysis scripts' tables: a percentile by nearest rank, and a value
-over a rule's runs written as 'median [smallest–largest]'. Standard library only.
+"""What the analysis scripts share: their command line (RUN_DIR [CSV]), a percentile by
+nearest rank, and a value over a rule's runs written as 'median [smallest–largest]'.
+Standard library only.
 """
 import math
+import os
 import statistics as st
+import sys
 
 
 def pct(values, q):
@@ -42,3 +45,22 @@ def rate(v):
 def fmt_g(v):
     """A number as short as it reads ('1', '0.5'), or '' for None."""
     return '' if v is None else f'{v:g}'
+
+
+def main_args(argv, doc, default_csv):
+    """(run directory, CSV path) from an analysis script's command line `RUN_DIR [CSV]`;
+    `-h` prints `doc`, bad use one line and status 2, a directory without summary.csv
+    status 1."""
+    name = os.path.basename(argv[0])
+    if argv[1:] in (['-h'], ['--help']):
+        print(doc.strip())
+        sys.exit(0)
+    if len(argv) not in (2, 3) or argv[1].startswith('-'):
+        print(f"{name}: expects a run directory (and where to write the CSV); "
+              f"{doc.strip().splitlines()[2]}", file=sys.stderr)
+        sys.exit(2)
+    if not os.path.isfile(os.path.join(argv[1], 'summary.csv')):
+        print(f"{name}: no summary.csv in {argv[1]} (a matrix run's directory)", file=sys.stderr)
+        sys.exit(1)
+    run = argv[1].rstrip('/')
+    return run, argv[2] if len(argv) == 3 else os.path.join(run, default_csv)
