@@ -1191,6 +1191,20 @@ fn the_uml_stress_runs_recoveries_are_what_their_script_makes_of_the_cells() {
     );
 }
 
+/// results/replenish-t-sweep's underrun table and per-run CSV (docs/draft-note.md's
+/// questions 2 and 3) are what scripts/analysis/underrun.py makes of the run's rule traces.
+#[test]
+fn the_t_sweeps_underrun_is_what_its_script_makes_of_the_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    script_remakes(
+        &root.join("results/replenish-t-sweep"),
+        "underrun.py",
+        "underrun.md",
+        "underrun.csv",
+        &[],
+    );
+}
+
 /// results/invitation-backlog's table and per-run CSV (docs/draft-note.md's question 1) are
 /// what scripts/analysis/invitation-backlog.py makes of the run's committed files.
 #[test]
