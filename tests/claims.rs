@@ -447,12 +447,20 @@ fn figures(text: &str) -> Vec<String> {
 /// and "22.0" stand for 1.31 and 22.00, "203" for 203; a figure with more decimals than its
 /// source never does.
 fn rounds_to(written: &str, source: &str) -> bool {
-    let decimals = written.split_once('.').map_or(0, |(_, d)| d.len());
-    let source_decimals = source.split_once('.').map_or(0, |(_, d)| d.len());
-    match source.parse::<f64>() {
-        Ok(v) if decimals <= source_decimals => format!("{v:.decimals$}") == written,
-        _ => false,
-    }
+    decimals(written) <= decimals(source) && scaled_rounds_to(written, source, 1.0)
+}
+
+/// Whether `written` is the figure `source` times `scale`, rounded as `written` is.
+fn scaled_rounds_to(written: &str, source: &str, scale: f64) -> bool {
+    let places = decimals(written);
+    source
+        .parse::<f64>()
+        .is_ok_and(|v| format!("{:.places$}", v * scale) == written)
+}
+
+/// How many decimals a figure is written with.
+fn decimals(figure: &str) -> usize {
+    figure.split_once('.').map_or(0, |(_, d)| d.len())
 }
 
 /// The cells of a markdown table row, trimmed (`| a | b |` -> [a, b]).
@@ -504,14 +512,8 @@ fn check_table(
         Some(Err(e)) => return (vec![e], checked),
     };
     let holds = |line: &[String], w: &str| {
-        line.iter().any(|g| {
-            rounds_to(w, g)
-                || t.scales.iter().any(|scale| {
-                    let decimals = w.split_once('.').map_or(0, |(_, d)| d.len());
-                    g.parse::<f64>()
-                        .is_ok_and(|v| format!("{:.decimals$}", v * scale) == w)
-                })
-        })
+        line.iter()
+            .any(|g| rounds_to(w, g) || t.scales.iter().any(|&scale| scaled_rounds_to(w, g, scale)))
     };
     for (i, row) in lines.iter().enumerate().skip(start + 2) {
         if !row.trim_start().starts_with('|') {

@@ -68,7 +68,7 @@ def compare(name, read, recovering, other_dir):
     other_name = os.path.basename(os.path.normpath(other_dir))
     k_other = sum(int(r['recovered']) > 0 for r in other)
     k, n, n_other = len(recovering), len(read), len(other)
-    p = fisher_at_most(k, n, k_other, len(other))
+    p = fisher_at_most(k, n, k_other, n_other)
     print(f'\n## Against {other_name}\n')
     print('| run | guests read | guests that recovered a lost expiry |')
     print('|---|---|---|')
